@@ -1,0 +1,104 @@
+/* Collective operations. Each handler checks what Python promised about the
+ * buffers, then makes its MPI call. Rooted ops get a zero-size result on the
+ * ranks where MPI delivers nothing. */
+#include "ffi.h"
+
+static int same_type(const jm_buffer *a, const jm_buffer *b) {
+  return a->dtype == b->dtype;
+}
+
+XLA_FFI_Error *jm_run_allreduce(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  JM_EXPECT(c, same_type(x, y) && x->count == y->count,
+            "result must match the input's shape and dtype");
+  JM_MPI(c, "MPI_Allreduce", NULL, 0, x->count, x->dtype,
+         jm_Allreduce(x->data, y->data, x->count, x->elsize, x->mpi, c->op,
+                      c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_reduce(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  int root = c->rank == c->root;
+  JM_EXPECT(c, same_type(x, y) && y->count == (root ? x->count : 0),
+            "result must have the input's size on the root, 0 elsewhere");
+  JM_MPI(c, "MPI_Reduce", "root", c->root, x->count, x->dtype,
+         jm_Reduce(x->data, root ? y->data : NULL, x->count, x->elsize, x->mpi,
+                   c->op, c->root, c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_scan(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  JM_EXPECT(c, same_type(x, y) && x->count == y->count,
+            "result must match the input's shape and dtype");
+  JM_MPI(c, "MPI_Scan", NULL, 0, x->count, x->dtype,
+         jm_Scan(x->data, y->data, x->count, x->elsize, x->mpi, c->op,
+                 c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_bcast(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  int root = c->rank == c->root;
+  JM_EXPECT(c, same_type(x, y) && y->count == (root ? 0 : x->count),
+            "result must have the input's size off the root, 0 on it");
+  /* The root only reads its buffer; MPI_Bcast's pointer is not const. */
+  void *buf = root ? x->data : y->data;
+  JM_MPI(c, "MPI_Bcast", "root", c->root, x->count, x->dtype,
+         jm_Bcast(buf, x->count, x->elsize, x->mpi, c->root, c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_gather(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  int root = c->rank == c->root;
+  JM_EXPECT(c,
+            same_type(x, y) &&
+                y->count == (root ? x->count * (int64_t)c->size : 0),
+            "result must hold size x input elements on the root, 0 elsewhere");
+  JM_MPI(c, "MPI_Gather", "root", c->root, x->count, x->dtype,
+         jm_Gather(x->data, root ? y->data : NULL, x->count, x->elsize, x->mpi,
+                   c->root, c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_scatter(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  int root = c->rank == c->root;
+  JM_EXPECT(c,
+            same_type(x, y) &&
+                x->count == (root ? y->count * (int64_t)c->size : y->count),
+            "the root's input must hold size x result elements");
+  JM_MPI(c, "MPI_Scatter", "root", c->root, y->count, y->dtype,
+         jm_Scatter(root ? x->data : NULL, y->data, y->count, y->elsize,
+                    y->mpi, c->root, c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_allgather(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  JM_EXPECT(c, same_type(x, y) && y->count == x->count * (int64_t)c->size,
+            "result must hold size x input elements");
+  JM_MPI(c, "MPI_Allgather", NULL, 0, x->count, x->dtype,
+         jm_Allgather(x->data, y->data, x->count, x->elsize, x->mpi, c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_alltoall(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  JM_EXPECT(c,
+            same_type(x, y) && x->count == y->count &&
+                x->count % c->size == 0,
+            "input and result must have equal sizes divisible by the "
+            "communicator size");
+  int64_t block = x->count / c->size;
+  JM_MPI(c, "MPI_Alltoall", NULL, 0, block, x->dtype,
+         jm_Alltoall(x->data, y->data, block, x->elsize, x->mpi, c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_barrier(jm_call *c) {
+  JM_MPI(c, "MPI_Barrier", NULL, 0, 0, 0, jm_mpi.Barrier(c->comm));
+  return NULL;
+}

@@ -1,0 +1,80 @@
+#include "core.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "ffi.h"
+#include "halfops.h"
+
+const char *jaxmpi_abi(void) { return JM_ABI_NAME; }
+int jaxmpi_sizeof_comm(void) { return (int)sizeof(jm_Comm); }
+int jaxmpi_sizeof_status(void) { return (int)sizeof(jm_Status); }
+int jaxmpi_cuda_built(void) { return 0; }
+
+int jaxmpi_bind(const char *libpath, char *err, size_t errlen) {
+  return jm_mpi_bind(libpath, err, errlen);
+}
+
+int jaxmpi_library_version(char *buf, size_t len) {
+  char v[8192] = "";
+  int n = 0;
+  if (!jm_mpi.Get_library_version) return -1;
+  int rc = jm_mpi.Get_library_version(v, &n);
+  snprintf(buf, len, "%s", v);
+  return rc;
+}
+
+const char *jaxmpi_library_path(void) { return jm_mpi_library_path(); }
+int jaxmpi_mpi_cuda_aware(void) { return jm_mpi_cuda_aware(); }
+
+int jaxmpi_has_large_count(void) {
+  return jm_mpi.Allreduce_c && jm_mpi.Reduce_c && jm_mpi.Scan_c &&
+         jm_mpi.Bcast_c && jm_mpi.Gather_c && jm_mpi.Scatter_c &&
+         jm_mpi.Allgather_c && jm_mpi.Alltoall_c && jm_mpi.Send_c &&
+         jm_mpi.Recv_c && jm_mpi.Sendrecv_c;
+}
+
+int jaxmpi_configure(const uint64_t *dtype_handles, int ndtypes,
+                     uint64_t byte_handle, int any_source, int any_tag,
+                     int proc_null, int undefined, int debug,
+                     int64_t count_limit, int use_large_count, char *err,
+                     size_t errlen) {
+  if (!jm_mpi.Comm_rank) {
+    snprintf(err, errlen, "jaxmpi_configure called before jaxmpi_bind");
+    return -1;
+  }
+  if (count_limit < 2 || count_limit > INT_MAX) count_limit = INT_MAX;
+  jm_const.any_source = any_source;
+  jm_const.any_tag = any_tag;
+  jm_const.proc_null = proc_null;
+  jm_const.undefined = undefined;
+  jm_const.byte = JM_HANDLE(jm_Datatype, byte_handle);
+  jm_count.limit = count_limit;
+  jm_count.use_c = use_large_count;
+  jm_cfg.debug = debug;
+  for (int i = 0; i < ndtypes && i < JM_NDTYPES; i++) {
+    if (!dtype_handles[i] || !jm_dtypes[i].size) continue;
+    jm_dtypes[i].mpi = JM_HANDLE(jm_Datatype, dtype_handles[i]);
+    jm_dtypes[i].has_mpi = 1;
+  }
+  jm_Datatype f16, bf16;
+  int rc = jm_half_init(&f16, &bf16);
+  if (rc) {
+    snprintf(err, errlen, "creating the float16/bfloat16 MPI types and ops "
+                          "failed (MPI error %d)", rc);
+    return -1;
+  }
+  jm_dtypes[XLA_FFI_DataType_F16].mpi = f16;
+  jm_dtypes[XLA_FFI_DataType_F16].has_mpi = 1;
+  jm_dtypes[XLA_FFI_DataType_BF16].mpi = bf16;
+  jm_dtypes[XLA_FFI_DataType_BF16].has_mpi = 1;
+  return 0;
+}
+
+int jaxmpi_half_op(int dtype, int kind, uint64_t *out) {
+  jm_Op op;
+  if (jm_half_op(dtype, kind, &op)) return -1;
+  *out = JM_U64(op);
+  return 0;
+}

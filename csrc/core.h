@@ -1,0 +1,36 @@
+/* The C entry points Python calls through ctypes (besides the FFI handlers
+ * jaxmpi_ffi_<op> of ffi.c). All return 0 on success; on failure they write a
+ * message into err. */
+#ifndef JAXMPI_CORE_H
+#define JAXMPI_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define JM_EXPORT __attribute__((visibility("default")))
+
+JM_EXPORT const char *jaxmpi_abi(void);
+JM_EXPORT int jaxmpi_sizeof_comm(void);
+JM_EXPORT int jaxmpi_sizeof_status(void);
+JM_EXPORT int jaxmpi_cuda_built(void);
+
+/* Bind to the MPI library already loaded by mpi4py (libpath may be NULL). */
+JM_EXPORT int jaxmpi_bind(const char *libpath, char *err, size_t errlen);
+JM_EXPORT int jaxmpi_library_version(char *buf, size_t len);
+JM_EXPORT const char *jaxmpi_library_path(void);
+/* 1/0 if the MPI reports CUDA-awareness (MPIX_Query_cuda_support), else -1. */
+JM_EXPORT int jaxmpi_mpi_cuda_aware(void);
+/* 1 if the library has the MPI-4 large-count calls. */
+JM_EXPORT int jaxmpi_has_large_count(void);
+
+/* dtype_handles[XLA dtype] is the MPI datatype handle, or 0 for none. */
+JM_EXPORT int jaxmpi_configure(const uint64_t *dtype_handles, int ndtypes,
+                               uint64_t byte_handle, int any_source,
+                               int any_tag, int proc_null, int undefined,
+                               int debug, int64_t count_limit,
+                               int use_large_count, char *err, size_t errlen);
+
+/* Our reduction op for float16/bfloat16 (kind: 0 sum, 1 prod, 2 max, 3 min). */
+JM_EXPORT int jaxmpi_half_op(int dtype, int kind, uint64_t *out);
+
+#endif

@@ -1,0 +1,226 @@
+/* Shared decoding of XLA FFI call frames and attributes, errors, logging,
+ * and the exported handler of every op in ops.h. */
+#include "ffi.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+jm_config jm_cfg;
+
+jm_dtype jm_dtypes[JM_NDTYPES] = {
+    [XLA_FFI_DataType_PRED] = {"bool", 1, 0, 0},
+    [XLA_FFI_DataType_S8] = {"int8", 1, 0, 0},
+    [XLA_FFI_DataType_S16] = {"int16", 2, 0, 0},
+    [XLA_FFI_DataType_S32] = {"int32", 4, 0, 0},
+    [XLA_FFI_DataType_S64] = {"int64", 8, 0, 0},
+    [XLA_FFI_DataType_U8] = {"uint8", 1, 0, 0},
+    [XLA_FFI_DataType_U16] = {"uint16", 2, 0, 0},
+    [XLA_FFI_DataType_U32] = {"uint32", 4, 0, 0},
+    [XLA_FFI_DataType_U64] = {"uint64", 8, 0, 0},
+    [XLA_FFI_DataType_F16] = {"float16", 2, 0, 0},
+    [XLA_FFI_DataType_F32] = {"float32", 4, 0, 0},
+    [XLA_FFI_DataType_F64] = {"float64", 8, 0, 0},
+    [XLA_FFI_DataType_BF16] = {"bfloat16", 2, 0, 0},
+    [XLA_FFI_DataType_C64] = {"complex64", 8, 0, 0},
+    [XLA_FFI_DataType_C128] = {"complex128", 16, 0, 0},
+};
+
+static const char *dtype_name(int dtype) {
+  if (dtype >= 0 && dtype < JM_NDTYPES && jm_dtypes[dtype].name)
+    return jm_dtypes[dtype].name;
+  return "unsupported";
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+static XLA_FFI_Error *make_error(const XLA_FFI_Api *api, XLA_FFI_Error_Code code,
+                                 const char *message) {
+  XLA_FFI_Error_Create_Args args;
+  memset(&args, 0, sizeof args);
+  args.struct_size = XLA_FFI_Error_Create_Args_STRUCT_SIZE;
+  args.extension_start = NULL;
+  args.message = message;
+  args.errc = code;
+  return api->XLA_FFI_Error_Create(&args);
+}
+
+XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
+                        ...) {
+  char msg[1536];
+  int n = snprintf(msg, sizeof msg, "jaxmpi.%s: ", c->opname);
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
+  va_end(ap);
+  return make_error(c->frame->api, code, msg);
+}
+
+XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
+                              int peer, int rc) {
+  char mpimsg[1024] = "";
+  int len = 0, cls = rc;
+  if (jm_mpi.Error_string(rc, mpimsg, &len) != 0)
+    snprintf(mpimsg, sizeof mpimsg, "unknown MPI error");
+  jm_mpi.Error_class(rc, &cls);
+  char where[96] = "";
+  if (peer_kind) snprintf(where, sizeof where, ", %s %d", peer_kind, peer);
+  return jm_error(c, XLA_FFI_Error_Code_INTERNAL,
+                  "%s failed on rank %d of %d%s: %s (MPI error code %d, class "
+                  "%d)",
+                  fn, c->rank, c->size, where, mpimsg, rc, cls);
+}
+
+/* ---- debug log ---------------------------------------------------------- */
+
+double jm_log_start(void) { return jm_cfg.debug ? jm_mpi.Wtime() : 0.0; }
+
+void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
+            int64_t count, int dtype, double t0) {
+  double us = (jm_mpi.Wtime() - t0) * 1e6;
+  char where[64] = "";
+  if (peer_kind) snprintf(where, sizeof where, " %s=%d", peer_kind, peer);
+  fprintf(stderr, "jaxmpi r%d/%d | %s%s count=%lld dtype=%s | %.2f us\n",
+          c->rank, c->size, fn, where, (long long)count, dtype_name(dtype), us);
+  fflush(stderr);
+}
+
+/* ---- decoding ----------------------------------------------------------- */
+
+/* XLA asks every handler for its metadata once, at registration. We claim
+ * API version 0.1, which every supported jaxlib accepts, and no traits (a
+ * handler that calls MPI must never be captured into a command buffer). */
+static int answer_metadata_query(XLA_FFI_CallFrame *frame) {
+  for (XLA_FFI_Extension_Base *e = frame->extension_start; e; e = e->next) {
+    if (e->type != XLA_FFI_Extension_Metadata) continue;
+    XLA_FFI_Metadata *m = ((XLA_FFI_Metadata_Extension *)e)->metadata;
+    m->api_version.major_version = 0;
+    m->api_version.minor_version = 1;
+    m->traits = 0;
+    return 1;
+  }
+  return 0;
+}
+
+static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int64_t size,
+                                     const int *types, void **items,
+                                     jm_buffer *out, const char *what) {
+  int k = 0;
+  for (int64_t i = 0; i < size; i++) {
+    XLA_FFI_Buffer *b = items[i];
+    if (types[i] != 1 /* BUFFER */)
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "%s %lld is not a buffer", what, (long long)i);
+    if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
+    if (k >= n)
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "expected %d data %ss, got more", n, what);
+    int dt = (int)b->dtype;
+    if (dt < 0 || dt >= JM_NDTYPES || !jm_dtypes[dt].has_mpi)
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "%s %d has unsupported element type %s (XLA type %d)",
+                      what, k, dtype_name(dt), dt);
+    int64_t count = 1;
+    for (int64_t d = 0; d < b->rank; d++) count *= b->dims[d];
+    out[k].data = b->data;
+    out[k].count = count;
+    out[k].dtype = dt;
+    out[k].elsize = jm_dtypes[dt].size;
+    out[k].mpi = jm_dtypes[dt].mpi;
+    k++;
+  }
+  if (k != n)
+    return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                    "expected %d data %ss, got %d", n, what, k);
+  return NULL;
+}
+
+static const char *const attr_names[JM_NATTRS] = {
+#define JM_ATTR_NAME(name, type) [JM_ATTR_##name] = #name,
+    JM_ATTRS(JM_ATTR_NAME)
+#undef JM_ATTR_NAME
+};
+static const XLA_FFI_DataType attr_types[JM_NATTRS] = {
+#define JM_ATTR_TYPE(name, type) [JM_ATTR_##name] = XLA_FFI_DataType_##type,
+    JM_ATTRS(JM_ATTR_TYPE)
+#undef JM_ATTR_TYPE
+};
+
+static int find_attr(const XLA_FFI_ByteSpan *name) {
+  for (int i = 0; i < JM_NATTRS; i++) {
+    size_t len = strlen(attr_names[i]);
+    if (name->len == len && memcmp(name->ptr, attr_names[i], len) == 0) return i;
+  }
+  return -1;
+}
+
+static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
+                                   unsigned wanted) {
+  uint64_t raw[JM_NATTRS] = {0};
+  unsigned seen = 0;
+  for (int64_t i = 0; i < attrs->size; i++) {
+    const XLA_FFI_ByteSpan *name = attrs->names[i];
+    int a = find_attr(name);
+    if (a < 0 || !(wanted & (1u << a)))
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "unexpected attribute '%.*s'", (int)name->len, name->ptr);
+    const XLA_FFI_Scalar *s = attrs->attrs[i];
+    if (attrs->types[i] != XLA_FFI_AttrType_SCALAR || s->dtype != attr_types[a])
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "attribute '%s' must be a %s scalar", attr_names[a],
+                      "int64");
+    memcpy(&raw[a], s->value, sizeof raw[a]);
+    seen |= 1u << a;
+  }
+  if (seen != wanted) {
+    for (int a = 0; a < JM_NATTRS; a++)
+      if ((wanted & ~seen) & (1u << a))
+        return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "missing attribute '%s'", attr_names[a]);
+  }
+  c->comm = JM_HANDLE(jm_Comm, raw[JM_ATTR_comm]);
+  c->op = JM_HANDLE(jm_Op, raw[JM_ATTR_op]);
+  c->root = (int)(int64_t)raw[JM_ATTR_root];
+  c->source = (int)(int64_t)raw[JM_ATTR_source];
+  c->dest = (int)(int64_t)raw[JM_ATTR_dest];
+  c->tag = (int)(int64_t)raw[JM_ATTR_tag];
+  c->sendtag = (int)(int64_t)raw[JM_ATTR_sendtag];
+  c->recvtag = (int)(int64_t)raw[JM_ATTR_recvtag];
+  c->status = (jm_Status *)(uintptr_t)raw[JM_ATTR_status];
+  return NULL;
+}
+
+XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
+  if (answer_metadata_query(frame)) return NULL;
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  jm_call c;
+  memset(&c, 0, sizeof c);
+  c.opname = desc->name;
+  c.frame = frame;
+  XLA_FFI_Error *err;
+  if ((err = decode_buffers(&c, desc->nargs, frame->args.size,
+                            (const int *)frame->args.types, frame->args.args,
+                            c.arg, "argument")))
+    return err;
+  if ((err = decode_buffers(&c, desc->nrets, frame->rets.size,
+                            (const int *)frame->rets.types, frame->rets.rets,
+                            c.ret, "result")))
+    return err;
+  if ((err = decode_attrs(&c, &frame->attrs, desc->attrs))) return err;
+  int rc = jm_mpi.Comm_rank(c.comm, &c.rank);
+  if (rc == 0) rc = jm_mpi.Comm_size(c.comm, &c.size);
+  if (rc != 0) return jm_mpi_failure(&c, "MPI_Comm_rank", NULL, 0, rc);
+  return desc->run(&c);
+}
+
+/* ---- exported handlers -------------------------------------------------- */
+
+#define JM_DEFINE_HANDLER(name, nargs, nrets, attrs)                           \
+  static const jm_op_desc jm_desc_##name = {#name, nargs, nrets, attrs,        \
+                                            jm_run_##name};                    \
+  __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
+      XLA_FFI_CallFrame *frame) {                                              \
+    return jm_dispatch(frame, &jm_desc_##name);                                \
+  }
+JM_OPS(JM_DEFINE_HANDLER)
+#undef JM_DEFINE_HANDLER

@@ -1,0 +1,91 @@
+/* The XLA FFI boundary: decoding call frames into a jm_call, answering the
+ * metadata query, turning failures into FFI errors, debug logging. */
+#ifndef JAXMPI_FFI_H
+#define JAXMPI_FFI_H
+
+#include <stdint.h>
+
+#include "mpi_api.h"
+#include "ops.h"
+#include "xla/ffi/api/c_api.h"
+
+#define JM_MAX_BUFFERS 2
+#define JM_NDTYPES 34
+
+/* What jaxmpi knows of each XLA element type. */
+typedef struct jm_dtype {
+  const char *name;
+  size_t size;          /* bytes, 0 where unsupported */
+  jm_Datatype mpi;      /* set by jaxmpi_configure */
+  int has_mpi;
+} jm_dtype;
+extern jm_dtype jm_dtypes[JM_NDTYPES];
+
+typedef struct jm_buffer {
+  void *data;
+  int64_t count; /* elements */
+  int dtype;     /* XLA_FFI_DataType */
+  size_t elsize;
+  jm_Datatype mpi;
+} jm_buffer;
+
+typedef struct jm_call {
+  const char *opname;
+  XLA_FFI_CallFrame *frame;
+  jm_buffer arg[JM_MAX_BUFFERS], ret[JM_MAX_BUFFERS];
+  jm_Comm comm;
+  jm_Op op;
+  int root, source, dest, tag, sendtag, recvtag;
+  jm_Status *status; /* caller's MPI.Status, or NULL */
+  int rank, size;
+} jm_call;
+
+typedef struct jm_config {
+  int debug; /* JAXMPI_DEBUG: log every MPI call */
+} jm_config;
+extern jm_config jm_cfg;
+
+typedef XLA_FFI_Error *jm_op_fn(jm_call *c);
+
+typedef struct jm_op_desc {
+  const char *name;
+  int nargs, nrets;
+  unsigned attrs;
+  jm_op_fn *run;
+} jm_op_desc;
+
+/* Decode the frame, run the op, and report. Every handler is this. */
+XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc);
+
+XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
+                        ...) __attribute__((format(printf, 3, 4)));
+XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
+                              int peer, int rc);
+
+double jm_log_start(void);
+void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
+            int64_t count, int dtype, double t0);
+
+/* Make one MPI call the way every handler does: time it for the debug log,
+ * turn a failure into an FFI error naming op, rank, peer and MPI's message. */
+#define JM_MPI(c, fn, peer_kind, peer, count, dtype, expr)                     \
+  do {                                                                         \
+    double t0_ = jm_log_start();                                               \
+    int rc_ = (expr);                                                          \
+    if (jm_cfg.debug) jm_log((c), (fn), (peer_kind), (peer), (count), (dtype), \
+                             t0_);                                             \
+    if (rc_ != 0) return jm_mpi_failure((c), (fn), (peer_kind), (peer), rc_);  \
+  } while (0)
+
+/* Check a condition the Python layer guarantees; never trust it blindly. */
+#define JM_EXPECT(c, cond, ...)                                                \
+  do {                                                                         \
+    if (!(cond)) return jm_error((c), XLA_FFI_Error_Code_INVALID_ARGUMENT,     \
+                                 __VA_ARGS__);                                 \
+  } while (0)
+
+#define JM_DECLARE_OP(name, nargs, nrets, attrs) jm_op_fn jm_run_##name;
+JM_OPS(JM_DECLARE_OP)
+#undef JM_DECLARE_OP
+
+#endif

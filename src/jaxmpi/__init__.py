@@ -1,0 +1,87 @@
+"""jaxmpi: MPI communication of JAX arrays from inside jax.jit.
+
+Zero-copy, ordered without tokens, on every dtype JAX has. The functions here
+follow the seed documents of mpi4jax: each returns ``(result, token)``;
+``send`` and ``barrier`` return a token. ``jaxmpi.notoken`` has the same
+operations returning bare results (mpi4jax >= 0.8).
+"""
+
+from __future__ import annotations
+
+import atexit as _atexit
+import functools as _functools
+
+from mpi4py import MPI as _MPI  # initialises MPI first
+
+import jax as _jax
+from jax._src import core as _jcore
+
+from . import _api, _core, _validate
+from ._core import MPIConfigurationError
+
+__version__ = "0.1.0"
+
+_core.check_thread_level()
+_core.get().register_ffi_targets(_api.OPERATIONS)
+
+# jaxmpi's own communicator: its traffic never meets the user's mpi4py traffic.
+_default_comm = _MPI.COMM_WORLD.Clone()
+_default_comm.Set_errhandler(_MPI.ERRORS_RETURN)
+_validate.set_default_comm(_default_comm)
+
+# Registered after mpi4py's finalizer, so it runs first: queued MPI calls
+# complete before MPI_Finalize and exiting never hangs.
+_atexit.register(_jax.effects_barrier)
+
+_eager_token = None
+
+
+def _token():
+    """A token for the caller to pass on (ordering is already guaranteed)."""
+    global _eager_token
+    if not _jcore.trace_state_clean():
+        return _jax.lax.create_token()
+    if _eager_token is None:
+        _eager_token = _jax.lax.create_token()
+    return _eager_token
+
+
+def _with_token(fn):
+    @_functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        out = fn(*args, **kwargs)
+        return _token() if out is None else (out, _token())
+
+    wrapper.__doc__ = (fn.__doc__ or "") + (
+        "\n    Returns ``(result, token)`` (``send`` and ``barrier``: ``token``);"
+        "\n    ``jaxmpi.notoken`` returns the bare result.\n"
+    )
+    return wrapper
+
+
+allgather = _with_token(_api.allgather)
+allreduce = _with_token(_api.allreduce)
+alltoall = _with_token(_api.alltoall)
+barrier = _with_token(_api.barrier)
+bcast = _with_token(_api.bcast)
+gather = _with_token(_api.gather)
+recv = _with_token(_api.recv)
+reduce = _with_token(_api.reduce)
+scan = _with_token(_api.scan)
+scatter = _with_token(_api.scatter)
+send = _with_token(_api.send)
+sendrecv = _with_token(_api.sendrecv)
+has_cuda_support = _api.has_cuda_support
+
+
+def get_default_comm():
+    """The communicator used when ``comm=None`` (a clone of COMM_WORLD)."""
+    return _default_comm
+
+
+__all__ = [
+    *_api.OPERATIONS, "has_cuda_support", "get_default_comm",
+    "MPIConfigurationError", "notoken",
+]
+
+from . import notoken  # noqa: E402

@@ -1,0 +1,215 @@
+"""The operations, written once. These return bare results (the convention
+of ``jaxmpi.notoken`` and mpi4jax >= 0.8); ``jaxmpi`` itself wraps them to
+return ``(result, token)`` as in the seed documents.
+
+Every function takes ``comm`` (an mpi4py intracommunicator; default: a clone
+of ``MPI.COMM_WORLD`` made when jaxmpi is imported) and ``token`` (optional:
+calls are ordered by JAX's effect system whether or not tokens are passed; a
+token given is joined to that order). Integer arguments (ranks, roots, tags)
+must be static Python ints.
+"""
+
+from __future__ import annotations
+
+from mpi4py import MPI
+
+from . import _core
+from . import _ops
+from . import _validate as v
+
+
+def _begin(fn, comm, token):
+    info = v.comm_info(comm, fn)
+    tok = v.token_arg(token, fn)
+    return info, tok
+
+
+def _join(tok):
+    if tok is not None:
+        _ops.join_token_p.bind(tok)
+
+
+def _reduction(fn, x, op, comm, token):
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    opinfo = v.reduction_op(op, x.dtype, fn, _core.get().half_ops)
+    _join(tok)
+    return info, x, opinfo
+
+
+def allreduce(x, op, *, comm=None, token=None):
+    """Reduce ``x`` over all ranks with ``op``; every rank gets the result.
+
+    MPI_Allreduce. Returns an array of ``x``'s shape and dtype.
+    """
+    info, x, opinfo = _reduction("allreduce", x, op, comm, token)
+    return _ops.allreduce_p.bind(x, comm=info, op=opinfo)[0]
+
+
+def reduce(x, op, root, *, comm=None, token=None):
+    """Reduce ``x`` over all ranks with ``op`` onto ``root``.
+
+    MPI_Reduce. The root gets the reduced array; other ranks get ``x`` back
+    unchanged.
+    """
+    info, x, opinfo = _reduction("reduce", x, op, comm, token)
+    root = v.rank_arg(root, "reduce", "root", info)
+    (y,) = _ops.reduce_p.bind(x, comm=info, op=opinfo, root=root)
+    return y if info.rank == root else x
+
+
+def scan(x, op, *, comm=None, token=None):
+    """Inclusive prefix reduction: rank r gets ``op`` over ranks 0..r.
+
+    MPI_Scan. Returns an array of ``x``'s shape and dtype.
+    """
+    info, x, opinfo = _reduction("scan", x, op, comm, token)
+    return _ops.scan_p.bind(x, comm=info, op=opinfo)[0]
+
+
+def bcast(x, root, *, comm=None, token=None):
+    """Broadcast the root's ``x`` to every rank.
+
+    MPI_Bcast. On other ranks ``x`` gives the shape and dtype only. The root
+    gets ``x`` itself back.
+    """
+    info, tok = _begin("bcast", comm, token)
+    x = v.array(x, "bcast")
+    root = v.rank_arg(root, "bcast", "root", info)
+    _join(tok)
+    (y,) = _ops.bcast_p.bind(x, comm=info, root=root)
+    return x if info.rank == root else y
+
+
+def gather(x, root, *, comm=None, token=None):
+    """Gather every rank's ``x`` on the root, stacked along a new axis 0.
+
+    MPI_Gather. The root gets shape ``(size, *x.shape)``; other ranks get
+    ``x`` back unchanged.
+    """
+    info, tok = _begin("gather", comm, token)
+    x = v.array(x, "gather")
+    root = v.rank_arg(root, "gather", "root", info)
+    _join(tok)
+    (y,) = _ops.gather_p.bind(x, comm=info, root=root)
+    return y if info.rank == root else x
+
+
+def scatter(x, root, *, comm=None, token=None):
+    """Scatter the root's ``x[r]`` to rank r.
+
+    MPI_Scatter. On the root ``x.shape[0]`` must equal the communicator size
+    and the result has shape ``x.shape[1:]``; on other ranks ``x`` is a
+    template of the result's shape and dtype.
+    """
+    info, tok = _begin("scatter", comm, token)
+    x = v.array(x, "scatter")
+    root = v.rank_arg(root, "scatter", "root", info)
+    if info.rank == root:
+        v.leading_dim(x, "scatter", "x (on the root)", info.size)
+    _join(tok)
+    return _ops.scatter_p.bind(x, comm=info, root=root)[0]
+
+
+def allgather(x, *, comm=None, token=None):
+    """Gather every rank's ``x`` on every rank: shape ``(size, *x.shape)``.
+
+    MPI_Allgather.
+    """
+    info, tok = _begin("allgather", comm, token)
+    x = v.array(x, "allgather")
+    _join(tok)
+    return _ops.allgather_p.bind(x, comm=info)[0]
+
+
+def alltoall(x, *, comm=None, token=None):
+    """Rank i sends ``x[j]`` to rank j and receives rank j's ``x[i]`` into
+    ``result[j]``.
+
+    MPI_Alltoall. ``x.shape[0]`` must equal the communicator size.
+    """
+    info, tok = _begin("alltoall", comm, token)
+    x = v.array(x, "alltoall")
+    v.leading_dim(x, "alltoall", "x", info.size)
+    _join(tok)
+    return _ops.alltoall_p.bind(x, comm=info)[0]
+
+
+def barrier(*, comm=None, token=None):
+    """Block until every rank of ``comm`` has reached the barrier.
+
+    MPI_Barrier.
+    """
+    info, tok = _begin("barrier", comm, token)
+    _join(tok)
+    _ops.barrier_p.bind(comm=info)
+
+
+def send(x, dest, *, tag=0, comm=None, token=None):
+    """Send ``x`` to rank ``dest``.
+
+    MPI_Send. ``dest`` may be ``MPI.PROC_NULL`` (no-op).
+    """
+    info, tok = _begin("send", comm, token)
+    x = v.array(x, "send")
+    dest = v.rank_arg(dest, "send", "dest", info, allow=(MPI.PROC_NULL,))
+    tag = v.tag_arg(tag, "send", "tag", info)
+    _join(tok)
+    _ops.send_p.bind(x, comm=info, dest=dest, tag=tag)
+
+
+def recv(x, source=MPI.ANY_SOURCE, *, tag=MPI.ANY_TAG, comm=None, status=None,
+         token=None):
+    """Receive an array of ``x``'s shape and dtype from rank ``source``.
+
+    MPI_Recv. ``x`` is only a template: its data is not used. ``source`` may
+    be ``MPI.ANY_SOURCE`` or ``MPI.PROC_NULL`` (the result is then zeros),
+    ``tag`` may be ``MPI.ANY_TAG``. If ``status`` (an ``MPI.Status``) is
+    given, it is filled in when the receive completes. A message of another
+    size is an error, not a truncation.
+    """
+    info, tok = _begin("recv", comm, token)
+    x = v.array(x, "recv")
+    source = v.rank_arg(source, "recv", "source", info,
+                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
+    tag = v.tag_arg(tag, "recv", "tag", info, allow_any=True)
+    addr = v.status_arg(status, "recv")
+    _join(tok)
+    return _ops.recv_p.bind(comm=info, source=source, tag=tag, status=addr,
+                            shape=tuple(x.shape), dtype=x.dtype)[0]
+
+
+def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=MPI.ANY_TAG,
+             comm=None, status=None, token=None):
+    """Send ``sendbuf`` to ``dest`` and receive an array of ``recvbuf``'s
+    shape and dtype from ``source``, in one deadlock-free call.
+
+    MPI_Sendrecv. ``recvbuf`` is only a template. ``source``/``dest`` may be
+    ``MPI.PROC_NULL``; ``source`` may be ``MPI.ANY_SOURCE`` and ``recvtag``
+    ``MPI.ANY_TAG``.
+    """
+    fn = "sendrecv"
+    info, tok = _begin(fn, comm, token)
+    sendbuf = v.array(sendbuf, fn, "sendbuf")
+    recvbuf = v.array(recvbuf, fn, "recvbuf")
+    source = v.rank_arg(source, fn, "source", info,
+                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
+    dest = v.rank_arg(dest, fn, "dest", info, allow=(MPI.PROC_NULL,))
+    sendtag = v.tag_arg(sendtag, fn, "sendtag", info)
+    recvtag = v.tag_arg(recvtag, fn, "recvtag", info, allow_any=True)
+    addr = v.status_arg(status, fn)
+    _join(tok)
+    return _ops.sendrecv_p.bind(
+        sendbuf, comm=info, source=source, dest=dest, sendtag=sendtag,
+        recvtag=recvtag, status=addr, shape=tuple(recvbuf.shape),
+        dtype=recvbuf.dtype,
+    )[0]
+
+
+def has_cuda_support() -> bool:
+    """True if jaxmpi's C core was built with CUDA support."""
+    return _core.get().cuda_built
+
+
+OPERATIONS = ("allgather", "allreduce", "alltoall", "barrier", "bcast",
+              "gather", "recv", "reduce", "scan", "scatter", "send", "sendrecv")

@@ -1,0 +1,198 @@
+"""Loading the C core that matches the running MPI, and configuring it.
+
+jaxmpi links no MPI library. Its C core is built once per MPI ABI family
+(MPICH, Open MPI, the MPI-5 standard ABI) from our own declaration headers,
+needing neither mpi.h nor mpicc. At import we ask mpi4py which MPI it loaded,
+pick the matching build, bind its function table to that very library
+(already in the process) and hand it every handle and constant from mpi4py.
+So whatever MPI mpi4py uses at run time, jaxmpi uses too: no rebuild when the
+MPI changes, no ABI mismatch between build and run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import warnings
+
+import numpy as np
+from mpi4py import MPI
+
+from . import _dtypes
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+ABI_FAMILIES = ("mpich", "openmpi", "mpiabi")
+
+
+class MPIConfigurationError(ImportError):
+    """The running MPI cannot be used by jaxmpi; the message says how to fix it."""
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def abi_family() -> str:
+    """The ABI family of the MPI library mpi4py loaded."""
+    forced = os.environ.get("JAXMPI_MPI_ABI")
+    if forced:
+        if forced not in ABI_FAMILIES:
+            raise MPIConfigurationError(
+                f"JAXMPI_MPI_ABI={forced!r} is not one of {ABI_FAMILIES}"
+            )
+        return forced
+    get_abi = getattr(MPI, "Get_abi_version", None)
+    if get_abi is not None and get_abi()[0] > 0:
+        return "mpiabi"
+    if MPI._sizeof(MPI.Comm) == 4:
+        return "mpich"
+    if MPI.get_vendor()[0] == "Open MPI":
+        return "openmpi"
+    raise MPIConfigurationError(
+        f"unknown MPI ABI: vendor {MPI.get_vendor()}, handles of "
+        f"{MPI._sizeof(MPI.Comm)} bytes. Set JAXMPI_MPI_ABI to one of "
+        f"{ABI_FAMILIES} if your MPI implements one of them."
+    )
+
+
+def _load_library(family: str) -> ctypes.CDLL:
+    candidates = sorted(glob.glob(os.path.join(_HERE, f"_core_{family}*.so")))
+    if not candidates:
+        raise MPIConfigurationError(
+            f"jaxmpi has no C core for the {family!r} MPI ABI in {_HERE}; "
+            "reinstall jaxmpi (pip install --force-reinstall jaxmpi)"
+        )
+    return ctypes.CDLL(candidates[0])
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    c = ctypes
+    lib.jaxmpi_abi.restype = c.c_char_p
+    lib.jaxmpi_sizeof_comm.restype = c.c_int
+    lib.jaxmpi_sizeof_status.restype = c.c_int
+    lib.jaxmpi_cuda_built.restype = c.c_int
+    lib.jaxmpi_bind.argtypes = [c.c_char_p, c.c_char_p, c.c_size_t]
+    lib.jaxmpi_library_version.argtypes = [c.c_char_p, c.c_size_t]
+    lib.jaxmpi_has_large_count.restype = c.c_int
+    lib.jaxmpi_library_path.restype = c.c_char_p
+    lib.jaxmpi_mpi_cuda_aware.restype = c.c_int
+    lib.jaxmpi_configure.argtypes = [
+        c.POINTER(c.c_uint64), c.c_int, c.c_uint64, c.c_int, c.c_int, c.c_int,
+        c.c_int, c.c_int, c.c_int64, c.c_int, c.c_char_p, c.c_size_t,
+    ]
+    lib.jaxmpi_half_op.argtypes = [c.c_int, c.c_int, c.POINTER(c.c_uint64)]
+
+
+def handle(obj) -> np.uint64:
+    """An mpi4py handle (Comm, Datatype, Op) as the uint64 the C core reads."""
+    return np.uint64(MPI._handleof(obj) & 0xFFFFFFFFFFFFFFFF)
+
+
+class Core:
+    """The loaded and configured C core (one per process)."""
+
+    def __init__(self):
+        self.family = abi_family()
+        lib = _load_library(self.family)
+        _declare(lib)
+        self.lib = lib
+        for what, ours, theirs in (
+            ("MPI_Comm", lib.jaxmpi_sizeof_comm(), MPI._sizeof(MPI.Comm)),
+            ("MPI_Status", lib.jaxmpi_sizeof_status(), MPI._sizeof(MPI.Status)),
+        ):
+            if ours != theirs:
+                raise MPIConfigurationError(
+                    f"jaxmpi's {self.family} core has sizeof({what}) = {ours} but "
+                    f"the MPI mpi4py loaded ({MPI.get_vendor()[0]}) has {theirs}. "
+                    "Set JAXMPI_MPI_ABI to the right family "
+                    f"{ABI_FAMILIES} or report this as a bug."
+                )
+        err = ctypes.create_string_buffer(2048)
+        libpath = os.environ.get("JAXMPI_LIBMPI") or None
+        if lib.jaxmpi_bind(libpath.encode() if libpath else None, err, len(err)):
+            raise MPIConfigurationError(f"jaxmpi: {err.value.decode()}")
+        version = ctypes.create_string_buffer(8192)
+        lib.jaxmpi_library_version(version, len(version))
+        self.library_version = version.value.decode(errors="replace").strip()
+        if self.library_version != MPI.Get_library_version().strip():
+            raise MPIConfigurationError(
+                "jaxmpi bound to a different MPI library than mpi4py uses "
+                f"({self.library_version.splitlines()[0]!r} vs "
+                f"{MPI.Get_library_version().splitlines()[0]!r}). Set "
+                "JAXMPI_LIBMPI to the path of the library mpi4py loaded "
+                "(python -m mpi4py --mpi-library)."
+            )
+        self.library_path = lib.jaxmpi_library_path().decode()
+        self.has_large_count = bool(lib.jaxmpi_has_large_count())
+        self.debug = _env_flag("JAXMPI_DEBUG")
+        limit = int(os.environ.get("JAXMPI_MAX_COUNT", 2**31 - 1))
+        self.use_large_count = not _env_flag("JAXMPI_NO_LARGE_COUNT")
+        table = (ctypes.c_uint64 * _dtypes.N_XLA_TYPES)()
+        for dt in _dtypes.SUPPORTED:
+            mpitype = _dtypes.MPI_TYPES.get(dt)
+            if mpitype is not None:
+                table[_dtypes.XLA_TYPE[dt]] = int(handle(getattr(MPI, mpitype)))
+        if lib.jaxmpi_configure(
+            table, len(table), int(handle(MPI.BYTE)), MPI.ANY_SOURCE, MPI.ANY_TAG,
+            MPI.PROC_NULL, MPI.UNDEFINED, int(self.debug), limit,
+            int(self.use_large_count), err, len(err),
+        ):
+            raise MPIConfigurationError(f"jaxmpi: {err.value.decode()}")
+        self.count_limit = limit
+        self.half_ops = {}
+        for dt in _dtypes.HALF:
+            for kind, opname in enumerate(("SUM", "PROD", "MAX", "MIN")):
+                out = ctypes.c_uint64()
+                if lib.jaxmpi_half_op(_dtypes.XLA_TYPE[dt], kind, ctypes.byref(out)):
+                    raise MPIConfigurationError(f"jaxmpi: no {opname} op for {dt}")
+                self.half_ops[(dt, opname)] = np.uint64(out.value)
+
+    @property
+    def cuda_built(self) -> bool:
+        return bool(self.lib.jaxmpi_cuda_built())
+
+    @property
+    def mpi_cuda_aware(self) -> bool | None:
+        """What the MPI says of CUDA-awareness (None: it cannot say)."""
+        r = self.lib.jaxmpi_mpi_cuda_aware()
+        return None if r < 0 else bool(r)
+
+    def register_ffi_targets(self, names) -> None:
+        import jax
+
+        for name in names:
+            handler = getattr(self.lib, f"jaxmpi_ffi_{name}")
+            jax.ffi.register_ffi_target(
+                f"jaxmpi_{name}", jax.ffi.pycapsule(handler), platform="cpu"
+            )
+
+
+def check_thread_level() -> None:
+    """XLA runs handlers on its own threads: MPI must allow that."""
+    provided = MPI.Query_thread()
+    if provided < MPI.THREAD_SERIALIZED:
+        raise MPIConfigurationError(
+            "jaxmpi needs MPI initialised with at least MPI_THREAD_SERIALIZED "
+            f"(got level {provided}), because XLA calls MPI from its worker "
+            "threads. Do not lower mpi4py.rc.thread_level, or set it to "
+            "'multiple' before importing mpi4py.MPI."
+        )
+    if provided < MPI.THREAD_MULTIPLE:
+        warnings.warn(
+            "MPI provides MPI_THREAD_SERIALIZED only: jaxmpi is safe as long as "
+            "no other thread calls MPI while jitted jaxmpi code runs.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+_core: Core | None = None
+
+
+def get() -> Core:
+    """The process's C core (loaded by ``import jaxmpi``)."""
+    global _core
+    if _core is None:
+        _core = Core()
+    return _core

@@ -1,0 +1,69 @@
+"""The ordered effect that sequences every jaxmpi call.
+
+Every jaxmpi primitive carries one ordered effect. JAX then threads an XLA
+token through all of them in program order, inside jit and across
+dispatches, so MPI calls are issued in the order the Python program made
+them on every rank: no user token is ever needed for correctness.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from jax._src import core as _jcore
+from jax._src import effects
+from jax.interpreters import mlir
+from jax._src.lib.mlir.dialects import hlo
+
+abstract_token = _jcore.abstract_token
+
+
+class MPIEffect(effects.Effect):
+    """All jaxmpi calls of a program, in order."""
+
+    # The same hash in every process (persistent compilation caches key on it).
+    _HASH = int(hashlib.md5(b"jaxmpi.MPIEffect").hexdigest()[:15], 16)
+
+    def __hash__(self):
+        return self._HASH
+
+    def __eq__(self, other):
+        return isinstance(other, MPIEffect)
+
+    def __repr__(self):
+        return "MPIEffect"
+
+
+mpi_effect = MPIEffect()
+
+for _set in (
+    "ordered_effects",
+    "lowerable_effects",
+    "control_flow_allowed_effects",
+    "custom_derivatives_allowed_effects",
+    "remat_allowed_effects",
+    "partial_eval_kept_effects",  # JAX >= 0.6.2: keep ops whose results are unused
+):
+    if hasattr(effects, _set):
+        getattr(effects, _set).add_type(MPIEffect)
+
+
+def lower_with_token(ctx, rule, *operands, **attrs):
+    """Lower through `rule` (an FFI lowering) with the effect token threaded
+    through as the custom call's last operand and result."""
+    token = ctx.tokens_in.get(mpi_effect)
+    inner = ctx.replace(
+        avals_in=[*ctx.avals_in, abstract_token],
+        avals_out=[*ctx.avals_out, abstract_token],
+    )
+    outs = rule(inner, *operands, token, **attrs)
+    ctx.set_tokens_out(mlir.TokenSet({mpi_effect: outs[-1]}))
+    return outs[:-1]
+
+
+def join_token_lowering(ctx, user_token):
+    """Make the effect token depend on a token the user passed in."""
+    token = ctx.tokens_in.get(mpi_effect)
+    joined = hlo.after_all([token, user_token])
+    ctx.set_tokens_out(mlir.TokenSet({mpi_effect: joined}))
+    return []

@@ -1,0 +1,216 @@
+"""Checks on every argument, made in Python on every rank before any MPI
+call, with errors that name the argument, its value and what is allowed."""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from mpi4py import MPI
+
+from jax._src import core as _jcore
+
+from . import _dtypes
+from ._effect import abstract_token
+
+
+@dataclass(frozen=True)
+class CommInfo:
+    """A communicator as primitives see it (hashable, static)."""
+
+    handle: int
+    rank: int
+    size: int
+    tag_ub: int
+
+    def __repr__(self):
+        return f"Comm(rank={self.rank}, size={self.size})"
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    handle: int
+    name: str
+
+    def __repr__(self):
+        return f"MPI.{self.name}"
+
+
+_default_comm = None
+_comm_cache: dict[int, CommInfo] = {}
+_kept_alive: list = []  # status objects whose address an executable holds
+
+
+def set_default_comm(comm) -> None:
+    global _default_comm
+    _default_comm = comm
+
+
+def default_comm():
+    return _default_comm
+
+
+def comm_info(comm, fn: str) -> CommInfo:
+    if comm is None:
+        comm = _default_comm
+    if not isinstance(comm, MPI.Comm):
+        raise TypeError(
+            f"{fn}: comm must be an mpi4py intracommunicator (MPI.Intracomm) or "
+            f"None, got {type(comm).__name__}: {comm!r}"
+        )
+    if comm == MPI.COMM_NULL:
+        raise TypeError(
+            f"{fn}: comm is MPI.COMM_NULL (a null or freed communicator)"
+        )
+    if isinstance(comm, MPI.Intercomm) or comm.Is_inter():
+        raise TypeError(
+            f"{fn}: comm is an intercommunicator; jaxmpi supports "
+            "intracommunicators only (use Intercomm.Merge())"
+        )
+    h = MPI._handleof(comm)
+    info = _comm_cache.get(h)
+    if info is None:
+        # MPI errors come back as error codes (then Python exceptions), never
+        # as an abort.
+        comm.Set_errhandler(MPI.ERRORS_RETURN)
+        tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
+        info = CommInfo(h & 0xFFFFFFFFFFFFFFFF, comm.Get_rank(), comm.Get_size(),
+                        int(tag_ub))
+        _comm_cache[h] = info
+    return info
+
+
+def forget_comm(comm) -> None:
+    _comm_cache.pop(MPI._handleof(comm), None)
+
+
+def array(x, fn: str, name: str = "x"):
+    """x as a JAX array (or tracer) of a supported element type."""
+    if isinstance(x, jax.core.Tracer) or isinstance(x, jax.Array):
+        arr = x
+    else:
+        try:
+            arr = jnp.asarray(x)
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"{fn}: {name} must be an array, got {type(x).__name__}: {x!r}"
+            ) from e
+    dtype = np.dtype(arr.dtype)
+    if dtype not in _dtypes.XLA_TYPE:
+        raise TypeError(
+            f"{fn}: {name} has dtype {dtype}, which jaxmpi does not support; "
+            f"supported: {_dtypes.supported_names()}"
+        )
+    return arr
+
+
+def static_int(value, fn: str, name: str) -> int:
+    if isinstance(value, jax.core.Tracer):
+        raise TypeError(
+            f"{fn}: {name} must be a static Python int, got a traced value "
+            f"({value!r}). Ranks, roots and tags decide which MPI call is made, "
+            "so they must be known when the function is traced: pass it via "
+            "jax.jit(f, static_argnums=...) or static_argnames=..., or close "
+            "over it."
+        )
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (numbers.Integral, np.integer)
+    ):
+        raise TypeError(
+            f"{fn}: {name} must be an int, got {type(value).__name__}: {value!r}"
+        )
+    return int(value)
+
+
+def rank_arg(value, fn: str, name: str, comm: CommInfo, *, allow=()) -> int:
+    """A root, source or dest: a rank of comm, or one of the special values."""
+    v = static_int(value, fn, name)
+    if 0 <= v < comm.size or v in allow:
+        return v
+    special = {MPI.ANY_SOURCE: "MPI.ANY_SOURCE", MPI.PROC_NULL: "MPI.PROC_NULL"}
+    extra = "".join(f" or {special.get(a, a)}" for a in allow)
+    raise ValueError(
+        f"{fn}: {name}={v} is not a rank of the communicator (valid: 0 to "
+        f"{comm.size - 1}{extra})"
+    )
+
+
+def tag_arg(value, fn: str, name: str, comm: CommInfo, *, allow_any=False) -> int:
+    v = static_int(value, fn, name)
+    if 0 <= v <= comm.tag_ub or (allow_any and v == MPI.ANY_TAG):
+        return v
+    extra = " or MPI.ANY_TAG" if allow_any else ""
+    raise ValueError(
+        f"{fn}: {name}={v} is not a valid tag (valid: 0 to {comm.tag_ub}{extra})"
+    )
+
+
+def _op_name(op) -> str | None:
+    for name in ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND",
+                 "BOR", "BXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP"):
+        if op == getattr(MPI, name, None):
+            return name
+    return None
+
+
+def reduction_op(op, dtype, fn: str, half_ops) -> OpInfo:
+    if not isinstance(op, MPI.Op):
+        raise TypeError(
+            f"{fn}: op must be an mpi4py reduction op such as MPI.SUM, got "
+            f"{type(op).__name__}: {op!r}"
+        )
+    if op == MPI.OP_NULL:
+        raise TypeError(f"{fn}: op is MPI.OP_NULL (a null or freed op)")
+    dtype = np.dtype(dtype)
+    name = _op_name(op)
+    if name is None:  # user-defined op: MPI applies it as the user wrote it
+        return OpInfo(MPI._handleof(op) & 0xFFFFFFFFFFFFFFFF, "user-defined op")
+    allowed = _dtypes.ALLOWED_OPS[_dtypes.kind(dtype)]
+    if name not in allowed:
+        raise TypeError(
+            f"{fn}: MPI.{name} is not defined for dtype {dtype}; for this "
+            f"dtype use one of {', '.join('MPI.' + a for a in allowed)}"
+        )
+    if dtype in _dtypes.HALF:
+        return OpInfo(int(half_ops[(dtype, name)]), name)
+    return OpInfo(MPI._handleof(op) & 0xFFFFFFFFFFFFFFFF, name)
+
+
+def status_arg(status, fn: str) -> int:
+    if status is None:
+        return 0
+    if not isinstance(status, MPI.Status):
+        raise TypeError(
+            f"{fn}: status must be an mpi4py MPI.Status or None, got "
+            f"{type(status).__name__}: {status!r}"
+        )
+    _kept_alive.append(status)  # compiled code writes into it, keep it alive
+    return MPI._addressof(status)
+
+
+def token_arg(token, fn: str):
+    """None, or a JAX token to order this call after."""
+    if token is None:
+        return None
+    if isinstance(token, jax.core.Tracer):
+        ok = getattr(token, "aval", None) is abstract_token
+    else:
+        ok = isinstance(token, _jcore.Token)
+    if not ok:
+        raise TypeError(
+            f"{fn}: token must be a token returned by a jaxmpi call (or by "
+            f"jax.lax.create_token()), or None; got {type(token).__name__}: "
+            f"{token!r}"
+        )
+    return token
+
+
+def leading_dim(x, fn: str, name: str, size: int) -> None:
+    if x.ndim == 0 or x.shape[0] != size:
+        raise ValueError(
+            f"{fn}: {name} must have leading dimension equal to the "
+            f"communicator size {size}, got shape {tuple(x.shape)}"
+        )
