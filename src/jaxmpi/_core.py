@@ -84,6 +84,13 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.jaxmpi_half_op.argtypes = [c.c_int, c.c_int, c.POINTER(c.c_uint64)]
 
 
+def _clean_version(text: str) -> str:
+    """A library version string as both readers agree on it: Open MPI counts
+    the terminating NUL in its length, so mpi4py's string ends in a NUL
+    character that C's does not have."""
+    return text.split("\x00", 1)[0].strip()
+
+
 def handle(obj) -> np.uint64:
     """An mpi4py handle (Comm, Datatype, Op) as the uint64 the C core reads."""
     return np.uint64(MPI._handleof(obj) & 0xFFFFFFFFFFFFFFFF)
@@ -114,12 +121,13 @@ class Core:
             raise MPIConfigurationError(f"jaxmpi: {err.value.decode()}")
         version = ctypes.create_string_buffer(8192)
         lib.jaxmpi_library_version(version, len(version))
-        self.library_version = version.value.decode(errors="replace").strip()
-        if self.library_version != MPI.Get_library_version().strip():
+        self.library_version = _clean_version(version.value.decode(errors="replace"))
+        theirs = _clean_version(MPI.Get_library_version())
+        if self.library_version != theirs:
             raise MPIConfigurationError(
                 "jaxmpi bound to a different MPI library than mpi4py uses "
                 f"({self.library_version.splitlines()[0]!r} vs "
-                f"{MPI.Get_library_version().splitlines()[0]!r}). Set "
+                f"{theirs.splitlines()[0]!r}). Set "
                 "JAXMPI_LIBMPI to the path of the library mpi4py loaded "
                 "(python -m mpi4py --mpi-library)."
             )

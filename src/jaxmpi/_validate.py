@@ -40,7 +40,7 @@ class OpInfo:
 
 
 _default_comm = None
-_comm_cache: dict[int, CommInfo] = {}
+_TAG_UB = None
 _kept_alive: list = []  # status objects whose address an executable holds
 
 
@@ -70,21 +70,19 @@ def comm_info(comm, fn: str) -> CommInfo:
             f"{fn}: comm is an intercommunicator; jaxmpi supports "
             "intracommunicators only (use Intercomm.Merge())"
         )
-    h = MPI._handleof(comm)
-    info = _comm_cache.get(h)
-    if info is None:
-        # MPI errors come back as error codes (then Python exceptions), never
-        # as an abort.
-        comm.Set_errhandler(MPI.ERRORS_RETURN)
-        tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
-        info = CommInfo(h & 0xFFFFFFFFFFFFFFFF, comm.Get_rank(), comm.Get_size(),
-                        int(tag_ub))
-        _comm_cache[h] = info
-    return info
+    # Handles are recycled after Comm.Free(), so nothing is cached by handle.
+    # MPI errors come back as error codes (then Python exceptions), never as
+    # an abort.
+    comm.Set_errhandler(MPI.ERRORS_RETURN)
+    return CommInfo(MPI._handleof(comm) & 0xFFFFFFFFFFFFFFFF, comm.Get_rank(),
+                    comm.Get_size(), _tag_ub())
 
 
-def forget_comm(comm) -> None:
-    _comm_cache.pop(MPI._handleof(comm), None)
+def _tag_ub() -> int:
+    global _TAG_UB
+    if _TAG_UB is None:
+        _TAG_UB = int(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767)
+    return _TAG_UB
 
 
 def array(x, fn: str, name: str = "x"):

@@ -1,0 +1,51 @@
+"""Shared set-up for tests run under mpiexec at any rank count.
+
+Every rank runs the same tests in the same order. After each test the ranks
+agree on the outcome, so a failure on one rank fails the test everywhere.
+"""
+
+import jax
+
+jax.config.update("jax_enable_x64", True)
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+import jaxmpi  # noqa: E402,F401
+
+WORLD = MPI.COMM_WORLD
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    if rep.when != "call":
+        return
+    flags = WORLD.allgather(bool(rep.failed))
+    others = [r for r, f in enumerate(flags) if f and r != WORLD.Get_rank()]
+    if others and not rep.failed:
+        rep.outcome = "failed"
+        rep.longrepr = f"failed on rank(s) {others}"
+
+
+def pytest_report_header(config):
+    return (f"rank {WORLD.Get_rank()} of {WORLD.Get_size()}, "
+            f"MPI {MPI.get_vendor()}, jax {jax.__version__}")
+
+
+@pytest.fixture
+def rank():
+    return WORLD.Get_rank()
+
+
+@pytest.fixture
+def size():
+    return WORLD.Get_size()
+
+
+def pytest_collection_modifyitems(config, items):
+    # Only rank 0 prints progress; the others stay quiet.
+    if WORLD.Get_rank() != 0:
+        config.option.verbose = -1

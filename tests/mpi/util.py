@@ -1,0 +1,122 @@
+"""Rank-dependent test data and NumPy references."""
+
+import jax
+import ml_dtypes
+import numpy as np
+from mpi4py import MPI
+
+WORLD = MPI.COMM_WORLD
+RANK = WORLD.Get_rank()
+SIZE = WORLD.Get_size()
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+DTYPES = [np.dtype(d) for d in (
+    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+    np.uint32, np.uint64, np.float16, bfloat16, np.float32, np.float64,
+    np.complex64, np.complex128)]
+DTYPE_IDS = [str(d) for d in DTYPES]
+
+MODES = ["eager", "jit"]
+
+
+def kind(dtype):
+    if dtype == np.bool_:
+        return "bool"
+    if dtype in (np.dtype(np.float16), bfloat16):
+        return "half"
+    if np.issubdtype(dtype, np.integer):
+        return "int"
+    if np.issubdtype(dtype, np.complexfloating):
+        return "complex"
+    return "float"
+
+
+OPS_FOR_KIND = {
+    "bool": ("LAND", "LOR", "LXOR"),
+    "int": ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND", "BOR",
+            "BXOR"),
+    "float": ("SUM", "PROD", "MAX", "MIN"),
+    "half": ("SUM", "PROD", "MAX", "MIN"),
+    "complex": ("SUM", "PROD"),
+}
+
+REDUCTION_CASES = [(d, op) for d in DTYPES for op in OPS_FOR_KIND[kind(d)]]
+REDUCTION_IDS = [f"{d}-{op}" for d, op in REDUCTION_CASES]
+
+
+def data(rank, shape, dtype, seed=0, small=False):
+    """Deterministic, exactly representable values that differ per rank.
+
+    small=True keeps |values| <= 2 so that products over 4 ranks fit int8."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    base = np.arange(n, dtype=np.int64) * 7 + rank * 3 + seed * 5
+    if dtype == np.bool_:
+        return ((base % 3) == 0).reshape(shape)
+    if small:
+        vals = np.array([1, 2, -1, -2])[base % 4]
+    else:
+        vals = base % 11 - 5
+    if np.issubdtype(dtype, np.unsignedinteger):
+        vals = np.abs(vals)
+    if np.issubdtype(dtype, np.integer):
+        return vals.astype(dtype).reshape(shape)
+    if np.issubdtype(dtype, np.complexfloating):
+        imag = np.array([1, -1, 0, 2])[(base // 3) % 4]
+        return (vals * 0.5 + 1j * imag).astype(dtype).reshape(shape)
+    return (vals * (1.0 if small else 0.5)).astype(dtype).reshape(shape)
+
+
+def all_data(shape, dtype, **kw):
+    return [data(r, shape, dtype, **kw) for r in range(SIZE)]
+
+
+def reduce_ref(arrays, opname, dtype):
+    """What MPI's predefined op gives over the list (rank order)."""
+    dtype = np.dtype(dtype)
+    stack = np.stack(arrays)
+    if len(arrays) == 1:  # MPI applies no op to a single contribution
+        return stack[0]
+    if opname == "SUM":
+        out = stack[0].copy()
+        for a in stack[1:]:
+            out = (out + a).astype(dtype)
+        return out
+    if opname == "PROD":
+        out = stack[0].copy()
+        for a in stack[1:]:
+            out = (out * a).astype(dtype)
+        return out
+    if opname == "MAX":
+        return stack.max(axis=0).astype(dtype)
+    if opname == "MIN":
+        return stack.min(axis=0).astype(dtype)
+    nz = stack != 0
+    if opname == "LAND":
+        return np.logical_and.reduce(nz, axis=0).astype(dtype)
+    if opname == "LOR":
+        return np.logical_or.reduce(nz, axis=0).astype(dtype)
+    if opname == "LXOR":
+        return np.logical_xor.reduce(nz, axis=0).astype(dtype)
+    if opname == "BAND":
+        return np.bitwise_and.reduce(stack, axis=0).astype(dtype)
+    if opname == "BOR":
+        return np.bitwise_or.reduce(stack, axis=0).astype(dtype)
+    if opname == "BXOR":
+        return np.bitwise_xor.reduce(stack, axis=0).astype(dtype)
+    raise ValueError(opname)
+
+
+def run(mode, fn, *args):
+    """Call fn eagerly or through jax.jit."""
+    if mode == "jit":
+        return jax.jit(fn)(*args)
+    return fn(*args)
+
+
+def check(result, expected):
+    result = np.asarray(result)
+    expected = np.asarray(expected)
+    assert result.dtype == expected.dtype, (result.dtype, expected.dtype)
+    assert result.shape == expected.shape, (result.shape, expected.shape)
+    np.testing.assert_array_equal(result, expected)
