@@ -1,0 +1,54 @@
+"""Tests that start whole MPI jobs (examples, exit, debug log, large
+counts). Run with plain pytest, not under mpiexec: each test launches its
+own job through $JAXMPI_LAUNCH (set by ./run) with a timeout."""
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def launcher():
+    cmd = os.environ.get("JAXMPI_LAUNCH")
+    if cmd:
+        return shlex.split(cmd)
+    return [os.path.join(os.path.dirname(sys.executable), "mpiexec")]
+
+
+def san_env():
+    out = {}
+    for item in shlex.split(os.environ.get("JAXMPI_SAN_ENV", "")):
+        k, _, v = item.partition("=")
+        out[k] = v
+    return out
+
+
+class Job:
+    def __init__(self, proc):
+        self.returncode = proc.returncode
+        self.stdout = proc.stdout
+        self.stderr = proc.stderr
+
+    def __repr__(self):
+        return (f"rc={self.returncode}\n--- stdout\n{self.stdout[-4000:]}\n"
+                f"--- stderr\n{self.stderr[-4000:]}")
+
+
+@pytest.fixture
+def mpirun():
+    def run(n, *args, env=None, timeout=300):
+        full_env = dict(os.environ)
+        for k in [k for k in full_env if k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))]:
+            del full_env[k]
+        full_env.update(san_env())
+        full_env.update(env or {})
+        cmd = [*launcher(), "-n", str(n), sys.executable, *args]
+        proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True,
+                              text=True, timeout=timeout)
+        return Job(proc)
+
+    return run

@@ -1,0 +1,109 @@
+"""Whole-process behaviour: exit never hangs, the debug log, diagnostics,
+MPI errors become exceptions, and the large-count paths."""
+
+import os
+import re
+import textwrap
+
+import pytest
+
+SCRIPT_EXIT = textwrap.dedent("""
+    from mpi4py import MPI
+    import jax, jax.numpy as jnp
+    from jaxmpi import notoken as mpx
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    f = jax.jit(lambda x: mpx.sendrecv(x, x, (rank - 1) % size, (rank + 1) % size))
+    x = jnp.ones(1 << 16)
+    for _ in range(20):   # queued, never awaited
+        x = f(x)
+    print("queued", rank, flush=True)
+""")
+
+
+def write(tmp_path, text, name="script.py"):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_exit_with_work_in_flight_does_not_hang(mpirun, tmp_path):
+    job = mpirun(3, write(tmp_path, SCRIPT_EXIT), timeout=120)
+    assert job.returncode == 0, job
+    assert job.stdout.count("queued") == 3, job
+
+
+def test_debug_log(mpirun, tmp_path):
+    script = write(tmp_path, textwrap.dedent("""
+        from mpi4py import MPI
+        import jax.numpy as jnp
+        from jaxmpi import notoken as mpx
+        mpx.allreduce(jnp.ones(5, jnp.float32), MPI.SUM).block_until_ready()
+        mpx.bcast(jnp.ones((2, 3), jnp.int16), 1).block_until_ready()
+    """))
+    job = mpirun(2, script, env={"JAXMPI_DEBUG": "1"})
+    assert job.returncode == 0, job
+    for r in (0, 1):
+        assert re.search(rf"jaxmpi r{r}/2 \| MPI_Allreduce count=5 dtype=float32 "
+                         r"\| [\d.]+ us", job.stderr), job
+        assert re.search(rf"jaxmpi r{r}/2 \| MPI_Bcast root=1 count=6 "
+                         r"dtype=int16 \| [\d.]+ us", job.stderr), job
+
+
+def test_diagnostics(mpirun):
+    job = mpirun(1, "-m", "jaxmpi")
+    assert job.returncode == 0, job
+    for field in ("MPI vendor", "MPI library", "ABI", "CUDA built",
+                  "MPI CUDA-aware", "JAX", "thread level"):
+        assert field in job.stdout, job
+
+
+def test_wrong_abi_is_a_clear_error(mpirun, tmp_path):
+    script = write(tmp_path, "import jaxmpi\n")
+    job = mpirun(1, script, env={"JAXMPI_MPI_ABI": "nonsense"})
+    assert job.returncode != 0
+    assert "JAXMPI_MPI_ABI='nonsense' is not one of" in job.stderr, job
+
+
+SUITE = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/mpi",
+         "-k", "not large and not order_without_tokens"]
+
+
+@pytest.mark.parametrize("mode", ["large-count-calls", "derived-datatypes"])
+def test_large_count_paths(mpirun, mode):
+    # The whole suite again with counts above 7 elements treated as "large":
+    # exercises the MPI-4 large-count calls, or (without them) derived
+    # datatypes for data movement and chunked reductions.
+    env = {"JAXMPI_MAX_COUNT": "7"}
+    if mode == "derived-datatypes":
+        env["JAXMPI_NO_LARGE_COUNT"] = "1"
+    job = mpirun(3, *SUITE, env=env, timeout=1200)
+    assert job.returncode == 0, job
+    assert re.search(r"\d+ passed", job.stdout), job
+
+
+@pytest.mark.skipif(os.environ.get("JAXMPI_TEST_HUGE", "1") == "0",
+                    reason="JAXMPI_TEST_HUGE=0")
+@pytest.mark.parametrize("mode", ["large-count-calls", "derived-datatypes"])
+def test_more_than_2_31_elements(mpirun, tmp_path, mode):
+    script = write(tmp_path, textwrap.dedent("""
+        from mpi4py import MPI
+        import jax, jax.numpy as jnp, numpy as np
+        from jaxmpi import notoken as mpx
+        rank = MPI.COMM_WORLD.Get_rank()
+        n = 2**31 + 5
+        x = jnp.full((n,), rank + 1, jnp.int8)
+        y = mpx.allreduce(x, MPI.SUM)
+        assert int(y[0]) == 3 and int(y[n - 1]) == 3 and int(y[2**31]) == 3
+        assert int(jnp.sum(y != 3)) == 0
+        del y
+        z = mpx.sendrecv(x, x, 1 - rank, 1 - rank)
+        assert int(z[-1]) == 2 - rank and int(jnp.sum(z != 2 - rank)) == 0
+        del z
+        b = mpx.bcast(x, 1)
+        assert int(b[-1]) == 2 and int(jnp.sum(b != 2)) == 0
+        print("ok", rank, flush=True)
+    """))
+    env = {"JAXMPI_NO_LARGE_COUNT": "1"} if mode == "derived-datatypes" else {}
+    job = mpirun(2, script, env=env, timeout=900)
+    assert job.returncode == 0, job
+    assert job.stdout.count("ok") == 2, job

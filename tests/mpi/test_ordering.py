@@ -1,0 +1,115 @@
+"""Calls stay in program order without tokens: under jit, in every lax
+control-flow construct, across dispatches, and with user tokens joined."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import lax
+from mpi4py import MPI
+
+import jaxmpi
+from jaxmpi import notoken as mpx
+from util import RANK, SIZE, check
+
+RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+TOTAL = SIZE * (SIZE - 1) / 2  # sum of ranks
+
+
+def test_fori_loop():
+    def body(i, x):
+        return mpx.allreduce(x, MPI.SUM) / SIZE + mpx.sendrecv(x, x, LEFT, RIGHT)
+
+    x = jnp.full(3, float(RANK))
+    y = jax.jit(lambda x: lax.fori_loop(0, 5, body, x))(x)
+    expected = np.full(3, float(RANK))
+    ranks = np.arange(SIZE, dtype=float)
+    vals = ranks.copy()
+    for _ in range(5):
+        vals = vals.sum() / SIZE + np.roll(vals, 1)
+    np.testing.assert_allclose(y, np.full(3, vals[RANK]), rtol=1e-12)
+    assert expected.shape == y.shape
+
+
+def test_scan_and_while():
+    def step(carry, _):
+        s = mpx.allreduce(carry, MPI.SUM)
+        return carry + 1, s
+
+    _, ys = jax.jit(lambda c: lax.scan(step, c, None, length=4))(jnp.float32(RANK))
+    check(ys, np.array([TOTAL + SIZE * k for k in range(4)], np.float32))
+
+    def cond(c):
+        return c[1] < 3
+
+    def body(c):
+        return mpx.allreduce(c[0], MPI.SUM), c[1] + 1
+
+    y, _ = jax.jit(lambda x: lax.while_loop(cond, body, (x, 0)))(jnp.float64(1.0))
+    assert float(y) == float(SIZE) ** 3
+
+
+@pytest.mark.parametrize("pred", [True, False])
+def test_cond(pred):
+    def f(x, p):
+        return lax.cond(p, lambda v: mpx.allreduce(v, MPI.SUM),
+                        lambda v: mpx.allgather(v)[RIGHT], x)
+
+    y = jax.jit(f)(jnp.float32(RANK), pred)
+    assert float(y) == (TOTAL if pred else float(RIGHT))
+
+
+def test_unused_results_still_communicate():
+    # The result of allreduce is unused and the send has no result; both
+    # must still happen, in order, on every rank.
+    status = MPI.Status()
+
+    @jax.jit
+    def f(x):
+        mpx.allreduce(x, MPI.SUM)
+        mpx.send(x, RIGHT, tag=3)
+        return mpx.recv(x, LEFT, tag=3, status=status)
+
+    y = f(jnp.float32(RANK))
+    assert float(y) == LEFT and status.Get_source() == LEFT
+
+
+def test_many_dispatches_keep_order():
+    # Alternate two jitted functions many times without blocking in between.
+    f = jax.jit(lambda x: mpx.allreduce(x, MPI.SUM))
+    g = jax.jit(lambda x: mpx.sendrecv(x, x, LEFT, RIGHT))
+    x = jnp.float32(RANK)
+    outs = []
+    for _ in range(50):
+        outs.append(f(x))
+        outs.append(g(x))
+    jax.block_until_ready(outs)
+    assert all(float(o) == TOTAL for o in outs[::2])
+    assert all(float(o) == LEFT for o in outs[1::2])
+
+
+def test_user_tokens_are_joined():
+    @jax.jit
+    def f(x):
+        tok = lax.create_token()
+        y, tok = jaxmpi.allreduce(x, MPI.SUM, token=tok)
+        z, tok = jaxmpi.sendrecv(y, y, LEFT, RIGHT, token=tok)
+        tok = jaxmpi.barrier(token=tok)
+        return z, tok
+
+    z, tok = f(jnp.float32(RANK))
+    assert float(z) == TOTAL
+    y, tok2 = jaxmpi.allreduce(jnp.float32(1), MPI.SUM, token=tok)
+    assert float(y) == SIZE
+
+
+def test_checkpoint_and_custom_vjp_allowed():
+    f = jax.checkpoint(lambda x: mpx.allreduce(x, MPI.SUM) * 2)
+    assert float(jax.jit(f)(jnp.float32(1))) == 2 * SIZE
+
+    @jax.custom_vjp
+    def g(x):
+        return mpx.allreduce(x, MPI.SUM)
+
+    g.defvjp(lambda x: (g(x), None), lambda _, ct: (ct,))
+    assert float(jax.jit(g)(jnp.float32(1))) == SIZE

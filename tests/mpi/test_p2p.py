@@ -1,0 +1,205 @@
+"""send, recv and sendrecv: every dtype, status, wildcards, PROC_NULL,
+mismatched messages, and orderings that deadlock unless calls stay in
+program order."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import jaxmpi
+from jaxmpi import notoken as mpx
+from util import (DTYPE_IDS, DTYPES, MODES, RANK, SIZE, check, data, run)
+
+SHAPE = (4, 3)
+RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+needs2 = pytest.mark.skipif(SIZE < 2, reason="needs 2 ranks")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_sendrecv_ring(dtype, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    y = run(mode, lambda a: mpx.sendrecv(a, a, LEFT, RIGHT), x)
+    check(y, data(LEFT, SHAPE, dtype))
+
+
+@needs2
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_send_recv_ring(dtype, mode):
+    # Even ranks send first, odd ranks receive first; with an odd size the
+    # last rank closes the ring, which still makes progress.
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+
+    def f(a):
+        if RANK % 2 == 0:
+            mpx.send(a, RIGHT)
+            return mpx.recv(a, LEFT)
+        b = mpx.recv(a, LEFT)
+        mpx.send(a, RIGHT)
+        return b
+
+    check(run(mode, f, x), data(LEFT, SHAPE, dtype))
+
+
+def test_sendrecv_different_shapes_and_dtypes():
+    # The received array's shape and dtype come from recvbuf alone.
+    x = jnp.asarray(data(RANK, (6,), np.float64))
+    y = mpx.sendrecv(x, jnp.zeros((2, 3), np.float64), LEFT, RIGHT)
+    check(y, data(LEFT, (6,), np.float64).reshape(2, 3))
+
+
+@needs2
+@pytest.mark.parametrize("mode", MODES)
+def test_status_and_wildcards(mode):
+    status = MPI.Status()
+    x = jnp.asarray(data(RANK, SHAPE, np.int32))
+
+    def f(a):
+        if RANK == 0:
+            out = a
+            for _ in range(SIZE - 1):  # from everyone, in whatever order
+                out = mpx.recv(a, MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
+            return out
+        mpx.send(a, 0, tag=100 + RANK)
+        return a
+
+    y = run(mode, f, x)
+    if RANK == 0:
+        src = status.Get_source()
+        assert 1 <= src < SIZE
+        assert status.Get_tag() == 100 + src
+        assert status.Get_count(MPI.INT32_T) == int(np.prod(SHAPE))
+        check(y, data(src, SHAPE, np.int32))
+
+
+@needs2
+def test_sendrecv_status():
+    status = MPI.Status()
+    x = jnp.asarray(data(RANK, SHAPE, np.float32))
+    jax.jit(lambda a: mpx.sendrecv(a, a, LEFT, RIGHT, sendtag=7 + RANK,
+                                   status=status))(x)
+    assert status.Get_source() == LEFT
+    assert status.Get_tag() == 7 + LEFT
+
+
+@needs2
+@pytest.mark.parametrize("mode", MODES)
+def test_tags_select_messages(mode):
+    # Rank 0 sends tag 1 then tag 2; rank 1 receives tag 2 first.
+    a = jnp.asarray(data(RANK, (5,), np.float32, seed=1))
+    b = jnp.asarray(data(RANK, (5,), np.float32, seed=2))
+
+    def f(a, b):
+        if RANK == 0:
+            mpx.send(a, 1, tag=1)
+            mpx.send(b, 1, tag=2)
+            return a, b
+        if RANK == 1:
+            y2 = mpx.recv(b, 0, tag=2)
+            y1 = mpx.recv(a, 0, tag=1)
+            return y1, y2
+        return a, b
+
+    y1, y2 = run(mode, f, a, b)
+    if RANK == 1:
+        check(y1, data(0, (5,), np.float32, seed=1))
+        check(y2, data(0, (5,), np.float32, seed=2))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_proc_null(mode):
+    x = jnp.asarray(data(RANK, SHAPE, np.float32))
+    y = run(mode, lambda a: mpx.recv(a, MPI.PROC_NULL), x)
+    check(y, np.zeros(SHAPE, np.float32))
+    run(mode, lambda a: mpx.send(a, MPI.PROC_NULL), x)
+    y = run(mode, lambda a: mpx.sendrecv(a, a, MPI.PROC_NULL, MPI.PROC_NULL), x)
+    check(y, np.zeros(SHAPE, np.float32))
+
+
+@needs2
+@pytest.mark.parametrize("mode", MODES)
+def test_order_without_tokens_large_messages(mode):
+    # Messages far above any eager limit: if the calls of one rank were
+    # reordered (both receiving first), this would deadlock.
+    n = 1 << 20
+    x = jnp.full((n,), float(RANK), jnp.float32)
+    peer = RANK ^ 1
+
+    def f(a):
+        if peer >= SIZE:
+            return a
+        if RANK % 2 == 0:
+            mpx.send(a, peer)
+            return mpx.recv(a, peer)
+        b = mpx.recv(a, peer)
+        mpx.send(a, peer)  # result unused: must still run, in this place
+        return b
+
+    y = run(mode, f, x)
+    expected = float(peer) if peer < SIZE else float(RANK)
+    assert float(y[0]) == expected and float(y[-1]) == expected
+
+
+@needs2
+def test_seed_example_with_tokens():
+    # The mpi4jax usage example: tokens passed explicitly are accepted.
+    x = jnp.zeros((3, 3))
+    peer = RANK ^ 1
+
+    @jax.jit
+    def foo(arr):
+        arr = arr + RANK
+        if peer >= SIZE:
+            return arr
+        if RANK % 2 == 0:
+            token = jaxmpi.send(arr, dest=peer)
+            other, token = jaxmpi.recv(arr, source=peer, token=token)
+        else:
+            other, token = jaxmpi.recv(arr, source=peer)
+            token = jaxmpi.send(arr, dest=peer, token=token)
+        return other
+
+    y = foo(x)
+    check(y, np.full((3, 3), float(peer if peer < SIZE else RANK), x.dtype))
+
+
+@needs2
+@pytest.mark.parametrize("mode", MODES)
+def test_short_message_is_an_error_not_garbage(mode):
+    # Rank 0 sends 3 elements where rank 1 expects 4: an error on rank 1,
+    # and both ranks go on working afterwards.
+    def f(a):
+        if RANK == 0:
+            mpx.send(a[:3], 1, tag=5)
+        elif RANK == 1:
+            return mpx.recv(a, 0, tag=5)
+        return a
+
+    x = jnp.arange(4.0, dtype=jnp.float32)
+    if RANK == 1:
+        with pytest.raises(Exception, match=r"received 12 bytes from rank 0 "
+                           r"\(tag 5\) but expected 4 elements of float32"):
+            jax.block_until_ready(run(mode, f, x))
+    else:
+        jax.block_until_ready(run(mode, f, x))
+    check(mpx.allreduce(jnp.ones(2), MPI.SUM), np.full(2, float(SIZE)))
+
+
+@needs2
+def test_long_message_is_an_mpi_error():
+    # Rank 0 sends 8 elements where rank 1 expects 4: MPI reports truncation,
+    # which comes back as a Python exception naming op, rank and peer.
+    x = jnp.arange(8.0, dtype=jnp.float32)
+    if RANK == 0:
+        mpx.send(x, 1, tag=6)
+    elif RANK == 1:
+        with pytest.raises(Exception) as info:
+            jax.block_until_ready(mpx.recv(x[:4], 0, tag=6))
+        msg = str(info.value)
+        assert "jaxmpi.recv: MPI_Recv failed on rank 1 of" in msg
+        assert "source 0" in msg
+        assert "trunc" in msg.lower()
+    check(mpx.allreduce(jnp.ones(2), MPI.SUM), np.full(2, float(SIZE)))
