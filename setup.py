@@ -28,8 +28,10 @@ cflags = ["-std=c11", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-O2
 ldflags = []
 sanitize = os.environ.get("JAXMPI_SANITIZE")
 if sanitize:
+    # Python's own CFLAGS, which setuptools puts first, hold -fwrapv: signed
+    # overflow would be defined and UBSan blind to it. Ours come later, win.
     cflags += [f"-fsanitize={sanitize}", "-fno-omit-frame-pointer", "-g",
-               "-fno-sanitize-recover=undefined"]
+               "-fno-sanitize-recover=undefined", "-fno-wrapv"]
     ldflags += [f"-fsanitize={sanitize}"]
 
 sources = sorted(glob.glob("csrc/*.c"))
@@ -47,4 +49,6 @@ extensions = [
     for family in ("mpich", "openmpi", "mpiabi")
 ]
 
-setup(ext_modules=extensions)
+# Sanitized and plain objects must never be mixed: separate build trees.
+build_base = "build/sanitize-" + sanitize.replace(",", "-") if sanitize else "build/plain"
+setup(ext_modules=extensions, options={"build": {"build_base": build_base}})

@@ -64,8 +64,9 @@ def test_wrong_abi_is_a_clear_error(mpirun, tmp_path):
     assert "JAXMPI_MPI_ABI='nonsense' is not one of" in job.stderr, job
 
 
-SUITE = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "tests/mpi",
-         "-k", "not large and not order_without_tokens"]
+SUITE = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+         "tests/mpi/test_collectives.py", "tests/mpi/test_p2p.py",
+         "-k", "not order_without_tokens"]
 
 
 @pytest.mark.parametrize("mode", ["large-count-calls", "derived-datatypes"])
@@ -88,19 +89,20 @@ def test_more_than_2_31_elements(mpirun, tmp_path, mode):
     script = write(tmp_path, textwrap.dedent("""
         from mpi4py import MPI
         import jax, jax.numpy as jnp, numpy as np
+        jax.config.update("jax_enable_x64", True)  # indices past 2**31
         from jaxmpi import notoken as mpx
         rank = MPI.COMM_WORLD.Get_rank()
         n = 2**31 + 5
+        everywhere = jax.jit(lambda a, v: jnp.all(a == v))  # fused, no copies
         x = jnp.full((n,), rank + 1, jnp.int8)
         y = mpx.allreduce(x, MPI.SUM)
-        assert int(y[0]) == 3 and int(y[n - 1]) == 3 and int(y[2**31]) == 3
-        assert int(jnp.sum(y != 3)) == 0
+        assert bool(everywhere(y, 3)) and int(y[-1]) == 3
         del y
         z = mpx.sendrecv(x, x, 1 - rank, 1 - rank)
-        assert int(z[-1]) == 2 - rank and int(jnp.sum(z != 2 - rank)) == 0
+        assert bool(everywhere(z, 2 - rank)) and int(z[-1]) == 2 - rank
         del z
         b = mpx.bcast(x, 1)
-        assert int(b[-1]) == 2 and int(jnp.sum(b != 2)) == 0
+        assert bool(everywhere(b, 2)) and int(b[-1]) == 2
         print("ok", rank, flush=True)
     """))
     env = {"JAXMPI_NO_LARGE_COUNT": "1"} if mode == "derived-datatypes" else {}
