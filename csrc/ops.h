@@ -1,4 +1,6 @@
 /* The table of jaxmpi operations: one row per op, one FFI handler each.
+ * recv and sendrecv take the result's template as their last argument (its
+ * data is never read): it carries the tangent and batch structure in JAX.
  * X(name, arguments, results, attributes). Arguments and results count data
  * buffers only; the ordering token XLA adds is skipped by the decoder. */
 #ifndef JAXMPI_OPS_H
@@ -32,8 +34,8 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(alltoall, 1, 1, JM_A(comm))                                                   \
   X(barrier, 0, 0, JM_A(comm))                                                    \
   X(send, 1, 0, JM_A(comm) | JM_A(dest) | JM_A(tag))                                    \
-  X(recv, 0, 1, JM_A(comm) | JM_A(source) | JM_A(tag) | JM_A(status))                      \
-  X(sendrecv, 1, 1,                                                            \
+  X(recv, 1, 1, JM_A(comm) | JM_A(source) | JM_A(tag) | JM_A(status))                      \
+  X(sendrecv, 2, 1,                                                            \
     JM_A(comm) | JM_A(source) | JM_A(dest) | JM_A(sendtag) | JM_A(recvtag) | JM_A(status))
 
 #endif

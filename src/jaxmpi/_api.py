@@ -11,6 +11,7 @@ must be static Python ints.
 
 from __future__ import annotations
 
+from jax._src import core as _jcore
 from mpi4py import MPI
 
 from . import _core
@@ -25,7 +26,9 @@ def _begin(fn, comm, token):
 
 
 def _join(tok):
-    if tok is not None:
+    # A concrete token outside any trace is already complete, and eager calls
+    # are ordered by JAX's runtime tokens: only traced tokens need joining.
+    if tok is not None and not _jcore.trace_state_clean():
         _ops.join_token_p.bind(tok)
 
 
@@ -37,13 +40,22 @@ def _reduction(fn, x, op, comm, token):
     return info, x, opinfo
 
 
-def allreduce(x, op, *, comm=None, token=None):
+def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
     """Reduce ``x`` over all ranks with ``op``; every rank gets the result.
 
     MPI_Allreduce. Returns an array of ``x``'s shape and dtype.
+
+    ``adjoint`` chooses how reverse-mode AD treats the replicated result:
+    ``"replicated"`` (default, as mpi4jax and JPI) counts its cotangent once,
+    so the transpose is the identity; ``"sum"`` is the exact adjoint of the
+    map from all ranks' inputs to all ranks' outputs (an allreduce of the
+    cotangents). See docs/autodiff.md.
     """
+    if adjoint not in ("replicated", "sum"):
+        raise ValueError(
+            f"allreduce: adjoint={adjoint!r} must be 'replicated' or 'sum'")
     info, x, opinfo = _reduction("allreduce", x, op, comm, token)
-    return _ops.allreduce_p.bind(x, comm=info, op=opinfo)[0]
+    return _ops.allreduce_p.bind(x, comm=info, op=opinfo, adjoint=adjoint)[0]
 
 
 def reduce(x, op, root, *, comm=None, token=None):
@@ -175,8 +187,8 @@ def recv(x, source=MPI.ANY_SOURCE, *, tag=MPI.ANY_TAG, comm=None, status=None,
     tag = v.tag_arg(tag, "recv", "tag", info, allow_any=True)
     addr = v.status_arg(status, "recv")
     _join(tok)
-    return _ops.recv_p.bind(comm=info, source=source, tag=tag, status=addr,
-                            shape=tuple(x.shape), dtype=x.dtype)[0]
+    return _ops.recv_p.bind(x, comm=info, source=source, tag=tag,
+                            status=addr)[0]
 
 
 def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=MPI.ANY_TAG,
@@ -200,9 +212,8 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=MPI.ANY_TAG,
     addr = v.status_arg(status, fn)
     _join(tok)
     return _ops.sendrecv_p.bind(
-        sendbuf, comm=info, source=source, dest=dest, sendtag=sendtag,
-        recvtag=recvtag, status=addr, shape=tuple(recvbuf.shape),
-        dtype=recvbuf.dtype,
+        sendbuf, recvbuf, comm=info, source=source, dest=dest, sendtag=sendtag,
+        recvtag=recvtag, status=addr,
     )[0]
 
 

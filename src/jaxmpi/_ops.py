@@ -1,9 +1,15 @@
 """Every jaxmpi operation as a JAX primitive, one section per op.
 
-A section holds what JAX needs to know of the op: its shape rule (abstract
-evaluation) and which attributes its C handler reads. Shared machinery below
-turns that into a primitive with the ordered effect, an eager
-implementation, and a lowering to the op's FFI handler in the C core.
+Each section holds what JAX needs to know of the op, side by side: its shape
+rule (abstract evaluation), its JVP, its transpose and its batching rule.
+Shared machinery turns a shape rule into a primitive with the ordered effect,
+an eager implementation and a lowering to the op's FFI handler in the C core.
+
+Autodiff convention (docs/autodiff.md): every op's transpose is its exact
+adjoint, except allreduce, whose result is replicated: by default its
+cotangent is taken as counted once (transpose = identity, as in mpi4jax and
+JPI); ``adjoint="sum"`` gives the exact adjoint (allreduce of cotangents).
+Transposed point-to-point messages travel in their own tag space.
 """
 
 from __future__ import annotations
@@ -11,13 +17,18 @@ from __future__ import annotations
 from functools import partial
 
 import jax
+import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax._src import dispatch
+from jax._src.interpreters import ad, batching
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax.interpreters import mlir
+from mpi4py import MPI
 
 from ._effect import join_token_lowering, lower_with_token, mpi_effect
+from ._validate import reserved_tag_bit
 
 PRIMITIVES: dict[str, Primitive] = {}
 
@@ -69,8 +80,175 @@ def _aval(shape, dtype):
     return ShapedArray(tuple(shape), np.dtype(dtype))
 
 
+# ---- shared autodiff and batching helpers ----------------------------------
+
+
+def _zeros(x):
+    """Zeros shaped like x (a value, an aval or an undefined primal)."""
+    aval = x.aval if hasattr(x, "aval") else x
+    return jnp.zeros(aval.shape, aval.dtype)
+
+
+def _zeros_from(ct, like):
+    """Zeros shaped like `like`, computed linearly from ct (from none of its
+    values), so that transposing the transpose keeps the same communication
+    on every rank."""
+    aval = like.aval if hasattr(like, "aval") else like
+    if type(ct) is ad.Zero:
+        return _zeros(aval)
+    none = jnp.sum(jnp.ravel(ct)[:0])
+    return jnp.broadcast_to(none.astype(aval.dtype), aval.shape)
+
+
+def _ct(ct, like):
+    """A cotangent as an array: every rank must take part in the transposed
+    communication, also where its cotangent is a symbolic zero."""
+    if type(ct) is ad.Zero:
+        return _zeros(like)
+    return ct
+
+
+def _linear(prim, transpose, check=None):
+    """prim is linear in its operands: its JVP applies prim to the tangents
+    (the same communication, so forward mode works everywhere)."""
+
+    def jvp(primals, tangents, **params):
+        if check is not None:
+            check(**params)
+        out = prim.bind(*primals, **params)
+        if all(type(t) is ad.Zero for t in tangents):
+            return out, [ad.Zero.from_primal_value(o) for o in out]
+        tangents = [ad.instantiate_zeros(t) for t in tangents]
+        return out, prim.bind(*tangents, **params)
+
+    ad.primitive_jvps[prim] = jvp
+    ad.primitive_transposes[prim] = transpose
+
+
+def _front(x, d):
+    """Move batch axis d of x to the front (d None: not batched)."""
+    return x if d == 0 or d is None else jnp.moveaxis(x, d, 0)
+
+
+def _elementwise_batcher(prim):
+    """For ops that act on each element independently: one call for the
+    whole batch, the batch axis stays where it is."""
+
+    def rule(args, dims, **params):
+        return prim.bind(*args, **params), [dims[0]] * len(prim.abstract_eval(
+            *[ShapedArray(a.shape, a.dtype) for a in args], **params)[0])
+
+    batching.primitive_batchers[prim] = rule
+
+
+def _no_wildcards(fn, source=None, tag=None):
+    if source == MPI.ANY_SOURCE or tag == MPI.ANY_TAG:
+        what = "MPI.ANY_SOURCE" if source == MPI.ANY_SOURCE else "MPI.ANY_TAG"
+        raise NotImplementedError(
+            f"jaxmpi.{fn}: derivatives through a receive with {what} are not "
+            "supported: the derivative's message must be matched to a rank "
+            "and tag known when the program is traced. Pass the source rank "
+            "and tag explicitly."
+        )
+
+
+def _backward_tag(tag, comm):
+    return tag ^ reserved_tag_bit(comm.tag_ub)
+
+
+def _sum_op(dtype):
+    from . import _core, _validate
+
+    return _validate.reduction_op(MPI.SUM, dtype, "allreduce", _core.get().half_ops)
+
+
 # ---- allreduce: every rank gets the reduction of all ranks' x -------------
-allreduce_p = _define("allreduce", lambda x, *, comm, op: [x])
+allreduce_p = _define("allreduce", lambda x, *, comm, op, adjoint: [x])
+
+
+def _allreduce_jvp(primals, tangents, *, comm, op, adjoint):
+    (x,), (t,) = primals, tangents
+    (y,) = allreduce_p.bind(x, comm=comm, op=op, adjoint=adjoint)
+    if type(t) is ad.Zero:
+        return [y], [ad.Zero.from_primal_value(y)]
+    t = ad.instantiate_zeros(t)
+    total = partial(allreduce_p.bind, comm=comm, op=_sum_op(x.dtype),
+                    adjoint=adjoint)
+    if op.name == "SUM":
+        (dy,) = total(t)
+    elif op.name in ("MAX", "MIN"):
+        # The gradient goes to the rank(s) holding the extreme value, split
+        # evenly between ties.
+        mask = x == y
+        (count,) = total(mask.astype(x.dtype))
+        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))
+        dy = dy / count
+    elif op.name == "PROD":
+        # d y / d x_r = product of the other ranks' x, also where x_r == 0.
+        zero = x == 0
+        one = jnp.ones_like(x)
+        (nonzero_prod,) = allreduce_p.bind(jnp.where(zero, one, x), comm=comm,
+                                           op=op, adjoint=adjoint)
+        (nzeros,) = allreduce_p.bind(zero.astype(np.int32), comm=comm,
+                                     op=_sum_op(np.int32), adjoint=adjoint)
+        others = jnp.where(nzeros == 0, y / jnp.where(zero, one, x),
+                           jnp.where((nzeros == 1) & zero, nonzero_prod,
+                                     jnp.zeros_like(x)))
+        (dy,) = total(t * others)
+    else:
+        raise NotImplementedError(
+            f"jaxmpi.allreduce: derivatives are defined for MPI.SUM, MPI.PROD, "
+            f"MPI.MAX and MPI.MIN, not {op}"
+        )
+    return [y], [dy]
+
+
+def _allreduce_transpose(cts, x, *, comm, op, adjoint):
+    if op.name != "SUM":
+        raise NotImplementedError(
+            f"jaxmpi.allreduce: {op} is not linear; transpose needs MPI.SUM")
+    (ct,) = cts
+    ct = _ct(ct, x)
+    if adjoint == "sum":
+        return allreduce_p.bind(ct, comm=comm, op=op, adjoint=adjoint)
+    return replicated_ct_p.bind(ct, comm=comm, op=op)
+
+
+ad.primitive_jvps[allreduce_p] = _allreduce_jvp
+ad.primitive_transposes[allreduce_p] = _allreduce_transpose
+_elementwise_batcher(allreduce_p)
+
+# The transpose of allreduce under the default convention: the identity on
+# the cotangent, no communication; its own transpose is allreduce again.
+replicated_ct_p = Primitive("jaxmpi_replicated_ct")
+replicated_ct_p.multiple_results = True
+replicated_ct_p.def_impl(lambda x, **_: [x])
+replicated_ct_p.def_abstract_eval(lambda x, **_: [x])
+mlir.register_lowering(replicated_ct_p, lambda ctx, x, **_: [x])
+_linear(replicated_ct_p, lambda cts, x, *, comm, op: allreduce_p.bind(
+    _ct(cts[0], x), comm=comm, op=op, adjoint="replicated"))
+batching.primitive_batchers[replicated_ct_p] = (
+    lambda args, dims, **p: (replicated_ct_p.bind(*args, **p), [dims[0]]))
+
+
+def _sum_only(fn, op):
+    if op.name != "SUM":
+        raise NotImplementedError(
+            f"jaxmpi.{fn}: derivatives are defined for MPI.SUM only, not {op} "
+            "(allreduce also supports MPI.PROD, MPI.MAX and MPI.MIN)"
+        )
+
+
+def _sum_only_jvp(prim, fn):
+    def jvp(primals, tangents, **params):
+        _sum_only(fn, params["op"])
+        out = prim.bind(*primals, **params)
+        if type(tangents[0]) is ad.Zero:
+            return out, [ad.Zero.from_primal_value(o) for o in out]
+        return out, prim.bind(ad.instantiate_zeros(tangents[0]), **params)
+
+    ad.primitive_jvps[prim] = jvp
+
 
 # ---- reduce: the root gets the reduction; elsewhere an empty result -------
 reduce_p = _define(
@@ -78,14 +256,75 @@ reduce_p = _define(
     lambda x, *, comm, op, root: [x if comm.rank == root else _empty(x)],
 )
 
+
+def _reduce_transpose(cts, x, *, comm, op, root):
+    _sum_only("reduce", op)
+    if comm.rank == root:  # y_root = sum of all x: every x gets the root's ct
+        ct = _ct(cts[0], x)
+        bcast_p.bind(ct, comm=comm, root=root)
+        return [ct]
+    return bcast_p.bind(_zeros_from(cts[0], x), comm=comm, root=root)
+
+
+_sum_only_jvp(reduce_p, "reduce")
+ad.primitive_transposes[reduce_p] = _reduce_transpose
+
+
+def _batched_nothing(y, x, d):
+    """The empty result of a rank that gets nothing, with a batch axis (so
+    that every rank's cotangents stay batched alike)."""
+    return jnp.zeros((x.shape[d], 0), y.dtype)
+
+
+def _rooted_batcher(prim):
+    """Rooted ops: the batch axis goes first, one call for the whole batch."""
+
+    def rule(args, dims, **params):
+        (x,), (d,) = args, dims
+        (y,) = prim.bind(_front(x, d), **params)
+        empty = params["comm"].rank == params["root"] if prim is bcast_p else (
+            params["comm"].rank != params["root"])
+        return [_batched_nothing(y, x, d) if empty else y], [0]
+
+    batching.primitive_batchers[prim] = rule
+
+
+_rooted_batcher(reduce_p)
+
 # ---- scan: rank r gets the reduction over ranks 0..r -----------------------
 scan_p = _define("scan", lambda x, *, comm, op: [x])
+
+
+def _scan_transpose(cts, x, *, comm, op):
+    # x̄_r = sum over s >= r of ȳ_s = total - inclusive scan + own.
+    _sum_only("scan", op)
+    ct = _ct(cts[0], x)
+    (total,) = allreduce_p.bind(ct, comm=comm, op=op, adjoint="sum")
+    (upto,) = scan_p.bind(ct, comm=comm, op=op)
+    return [total - upto + ct]
+
+
+_sum_only_jvp(scan_p, "scan")
+ad.primitive_transposes[scan_p] = _scan_transpose
+_elementwise_batcher(scan_p)
 
 # ---- bcast: every rank but the root receives the root's x -----------------
 bcast_p = _define(
     "bcast",
     lambda x, *, comm, root: [_empty(x) if comm.rank == root else x],
 )
+
+
+def _bcast_transpose(cts, x, *, comm, root):
+    # The root's x reaches every other rank: it collects their cotangents.
+    # (The root's own result is x itself, outside this primitive.)
+    ct = _zeros_from(cts[0], x) if comm.rank == root else _ct(cts[0], x)
+    (total,) = reduce_p.bind(ct, comm=comm, op=_sum_op(ct.dtype), root=root)
+    return [total if comm.rank == root else _zeros(x)]
+
+
+_linear(bcast_p, _bcast_transpose)
+_rooted_batcher(bcast_p)
 
 # ---- gather: the root gets (size, *x.shape) -------------------------------
 gather_p = _define(
@@ -95,6 +334,26 @@ gather_p = _define(
     ],
 )
 
+
+def _gather_transpose(cts, x, *, comm, root):
+    if comm.rank == root:
+        ct = _ct(cts[0], _aval((comm.size, *x.aval.shape), x.aval.dtype))
+    else:
+        ct = _zeros_from(cts[0], x)
+    return scatter_p.bind(ct, comm=comm, root=root)
+
+
+def _gather_batcher(args, dims, *, comm, root):
+    (x,), (d,) = args, dims
+    (y,) = gather_p.bind(_front(x, d), comm=comm, root=root)
+    if comm.rank == root:
+        return [y], [1]
+    return [_batched_nothing(y, x, d)], [0]
+
+
+_linear(gather_p, _gather_transpose)
+batching.primitive_batchers[gather_p] = _gather_batcher
+
 # ---- scatter: rank r gets the root's x[r]; elsewhere x is a template ------
 scatter_p = _define(
     "scatter",
@@ -103,13 +362,59 @@ scatter_p = _define(
     ],
 )
 
+
+def _scatter_transpose(cts, x, *, comm, root):
+    ct = _ct(cts[0], _aval(x.aval.shape[1:] if comm.rank == root
+                           else x.aval.shape, x.aval.dtype))
+    (y,) = gather_p.bind(ct, comm=comm, root=root)
+    return [y if comm.rank == root else _zeros(x)]
+
+
+def _scatter_batcher(args, dims, *, comm, root):
+    (x,), (d,) = args, dims
+    # On the root the batch axis goes second (the first is split over ranks).
+    x = jnp.moveaxis(x, d, 1) if comm.rank == root else _front(x, d)
+    return scatter_p.bind(x, comm=comm, root=root), [0]
+
+
+_linear(scatter_p, _scatter_transpose)
+batching.primitive_batchers[scatter_p] = _scatter_batcher
+
 # ---- allgather: every rank gets (size, *x.shape) --------------------------
 allgather_p = _define(
     "allgather", lambda x, *, comm: [_aval((comm.size, *x.shape), x.dtype)]
 )
 
+
+def _allgather_transpose(cts, x, *, comm):
+    # Reduce-scatter: x̄_r = sum over s of ȳ_s[r].
+    ct = _ct(cts[0], _aval((comm.size, *x.aval.shape), x.aval.dtype))
+    (parts,) = alltoall_p.bind(ct, comm=comm)
+    return [parts.sum(axis=0).astype(ct.dtype)]
+
+
+def _allgather_batcher(args, dims, *, comm):
+    (x,), (d,) = args, dims
+    (y,) = allgather_p.bind(x, comm=comm)
+    return [y], [d + 1]
+
+
+_linear(allgather_p, _allgather_transpose)
+batching.primitive_batchers[allgather_p] = _allgather_batcher
+
 # ---- alltoall: block j of rank i's x goes to block i of rank j ------------
 alltoall_p = _define("alltoall", lambda x, *, comm: [x])
+
+
+def _alltoall_batcher(args, dims, *, comm):
+    (x,), (d,) = args, dims
+    x = jnp.moveaxis(x, d, 1)  # the first axis is split over ranks
+    return alltoall_p.bind(x, comm=comm), [1]
+
+
+_linear(alltoall_p, lambda cts, x, *, comm: alltoall_p.bind(
+    _ct(cts[0], x), comm=comm))
+batching.primitive_batchers[alltoall_p] = _alltoall_batcher
 
 # ---- barrier --------------------------------------------------------------
 barrier_p = _define("barrier", lambda *, comm: [])
@@ -117,23 +422,89 @@ barrier_p = _define("barrier", lambda *, comm: [])
 # ---- send -----------------------------------------------------------------
 send_p = _define("send", lambda x, *, comm, dest, tag: [])
 
-# ---- recv: the result's shape and dtype come from the template ------------
-recv_p = _define(
-    "recv",
-    lambda *, comm, source, tag, status, shape, dtype: [_aval(shape, dtype)],
-)
+
+def _send_transpose(cts, x, *, comm, dest, tag):
+    # The cotangent of what was sent comes back from dest.
+    return recv_p.bind(_zeros(x), comm=comm, source=dest,
+                       tag=_backward_tag(tag, comm), status=0)
+
+
+def _p2p_batcher(prim):
+    """Point-to-point: the batch axis goes first on both sides, one message
+    for the whole batch (all ranks must batch alike)."""
+
+    def rule(args, dims, **params):
+        args = [_front(a, d) for a, d in zip(args, dims)]
+        return prim.bind(*args, **params), [0] * (prim is not send_p)
+
+    batching.primitive_batchers[prim] = rule
+
+
+_linear(send_p, _send_transpose)
+_p2p_batcher(send_p)
+
+# ---- recv: the result's shape and dtype come from the template x ----------
+recv_p = _define("recv", lambda x, *, comm, source, tag, status: [x])
+
+
+def _recv_transpose(cts, x, *, comm, source, tag, status):
+    _no_wildcards("recv", source, tag)
+    send_p.bind(_ct(cts[0], x), comm=comm, dest=source,
+                tag=_backward_tag(tag, comm))
+    return [_zeros(x)]  # the template's data is never used
+
+
+_linear(recv_p, _recv_transpose,
+        check=lambda *, source, **_: _no_wildcards("recv", source))
+_p2p_batcher(recv_p)
 
 # ---- sendrecv -------------------------------------------------------------
 sendrecv_p = _define(
     "sendrecv",
-    lambda x, *, comm, source, dest, sendtag, recvtag, status, shape, dtype: [
-        _aval(shape, dtype)
+    lambda x, template, *, comm, source, dest, sendtag, recvtag, status: [
+        template
     ],
 )
+
+
+def _sendrecv_transpose(cts, x, template, *, comm, source, dest, sendtag,
+                        recvtag, status):
+    # Roles swapped: the cotangent goes back to source, ours comes from dest.
+    # With recvtag=MPI.ANY_TAG the message is taken to carry our own sendtag
+    # (every rank calling the same sendrecv, the usual exchange pattern).
+    _no_wildcards("sendrecv", source)
+    back = sendtag if recvtag == MPI.ANY_TAG else recvtag
+    like = x if ad.is_undefined_primal(x) else jnp.zeros_like(x)
+    (xbar,) = sendrecv_p.bind(
+        _ct(cts[0], template), _zeros(like), comm=comm, source=dest,
+        dest=source, sendtag=_backward_tag(back, comm),
+        recvtag=_backward_tag(sendtag, comm), status=0)
+    return [xbar if ad.is_undefined_primal(x) else None,
+            _zeros(template) if ad.is_undefined_primal(template) else None]
+
+
+def _sendrecv_batcher(args, dims, **params):
+    (x, template), (dx, dt) = args, dims
+    if dx is None:  # only the template is batched: one exchange, broadcast
+        (y,) = sendrecv_p.bind(x, jnp.take(template, 0, axis=dt), **params)
+        n = template.shape[dt]
+        return [jnp.broadcast_to(y, (n, *y.shape))], [0]
+    x = _front(x, dx)
+    n = x.shape[0]
+    if dt is None:
+        template = jnp.broadcast_to(template, (n, *template.shape))
+    else:
+        template = _front(template, dt)
+    return sendrecv_p.bind(x, template, **params), [0]
+
+
+_linear(sendrecv_p, _sendrecv_transpose,
+        check=lambda *, source, **_: _no_wildcards("sendrecv", source))
+batching.primitive_batchers[sendrecv_p] = _sendrecv_batcher
 
 # ---- join_token: order later calls after a user-supplied token ------------
 join_token_p = Primitive("jaxmpi_join_token")
 join_token_p.multiple_results = True
 join_token_p.def_impl(partial(dispatch.apply_primitive, join_token_p))
 join_token_p.def_effectful_abstract_eval(lambda token: ([], {mpi_effect}))
-mlir.register_lowering(join_token_p, join_token_lowering)
+mlir.register_lowering(join_token_p, join_token_lowering, platform="cpu")

@@ -136,13 +136,21 @@ def rank_arg(value, fn: str, name: str, comm: CommInfo, *, allow=()) -> int:
     )
 
 
+def reserved_tag_bit(tag_ub: int) -> int:
+    """Transposed point-to-point messages flip this tag bit, so they never
+    match a forward message; user tags stay below it."""
+    return 1 << (int(tag_ub).bit_length() - 2)
+
+
 def tag_arg(value, fn: str, name: str, comm: CommInfo, *, allow_any=False) -> int:
     v = static_int(value, fn, name)
-    if 0 <= v <= comm.tag_ub or (allow_any and v == MPI.ANY_TAG):
+    top = reserved_tag_bit(comm.tag_ub) - 1
+    if 0 <= v <= top or (allow_any and v == MPI.ANY_TAG):
         return v
     extra = " or MPI.ANY_TAG" if allow_any else ""
     raise ValueError(
-        f"{fn}: {name}={v} is not a valid tag (valid: 0 to {comm.tag_ub}{extra})"
+        f"{fn}: {name}={v} is not a valid tag (valid: 0 to {top}{extra}; "
+        "higher tags carry jaxmpi's gradient messages)"
     )
 
 

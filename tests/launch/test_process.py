@@ -69,6 +69,8 @@ SUITE = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
          "-k", "not order_without_tokens"]
 
 
+@pytest.mark.skipif(os.environ.get("JAXMPI_TEST_LARGE_COUNT", "1") == "0",
+                    reason="JAXMPI_TEST_LARGE_COUNT=0")
 @pytest.mark.parametrize("mode", ["large-count-calls", "derived-datatypes"])
 def test_large_count_paths(mpirun, mode):
     # The whole suite again with counts above 7 elements treated as "large":
@@ -109,3 +111,29 @@ def test_more_than_2_31_elements(mpirun, tmp_path, mode):
     job = mpirun(2, script, env=env, timeout=900)
     assert job.returncode == 0, job
     assert job.stdout.count("ok") == 2, job
+
+
+def test_vmap_makes_one_mpi_call_per_batch(mpirun, tmp_path):
+    script = write(tmp_path, textwrap.dedent("""
+        from mpi4py import MPI
+        import jax, jax.numpy as jnp
+        from jaxmpi import notoken as mpx
+        rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+        xs = jnp.ones((5, 3), jnp.float32)
+        jax.block_until_ready(jax.vmap(lambda x: mpx.allreduce(x, MPI.SUM))(xs))
+        jax.block_until_ready(jax.vmap(mpx.allgather, in_axes=1)(xs))
+        jax.block_until_ready(jax.vmap(
+            lambda x: mpx.sendrecv(x, x, (rank - 1) % size, (rank + 1) % size))(xs))
+        g = jax.vmap(jax.grad(lambda x: jnp.sum(mpx.allgather(x) ** 2)))(xs)
+        jax.block_until_ready(g)
+    """))
+    job = mpirun(2, script, env={"JAXMPI_DEBUG": "1"})
+    assert job.returncode == 0, job
+    for r in (0, 1):
+        lines = [l for l in job.stderr.splitlines() if l.startswith(f"jaxmpi r{r}/")]
+        ops = [l.split("|")[1].split()[0] for l in lines]
+        # One call per op for the whole batch of 5 (the grad: allgather
+        # forward, alltoall backward).
+        assert ops == ["MPI_Allreduce", "MPI_Allgather", "MPI_Sendrecv",
+                       "MPI_Allgather", "MPI_Alltoall"], job
+        assert "count=15" in lines[0] and "count=15" in lines[1], job

@@ -99,6 +99,10 @@ def test_user_tokens_are_joined():
 
     z, tok = f(jnp.float32(RANK))
     assert float(z) == TOTAL
+    # Known defect (README, sharp bits): after many earlier tests, an eager
+    # call made while this jitted function may still run has been seen to
+    # overtake its last MPI call; wait for it until that is understood.
+    jax.block_until_ready((z, tok))
     y, tok2 = jaxmpi.allreduce(jnp.float32(1), MPI.SUM, token=tok)
     assert float(y) == SIZE
 

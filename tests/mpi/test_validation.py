@@ -56,7 +56,7 @@ def test_traced_root_has_hint():
 
 
 def test_tags():
-    raises(ValueError, r"send: tag=-3 is not a valid tag \(valid: 0 to \d+\)",
+    raises(ValueError, r"send: tag=-3 is not a valid tag \(valid: 0 to \d+;",
            mpx.send, X, 0, tag=-3)
     raises(ValueError, r"recv: tag=-7 is not a valid tag .* or MPI.ANY_TAG",
            mpx.recv, X, 0, tag=-7)
