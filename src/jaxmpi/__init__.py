@@ -22,7 +22,7 @@ from ._core import MPIConfigurationError
 __version__ = "0.1.0"
 
 _core.check_thread_level()
-_core.get().register_ffi_targets(_api.OPERATIONS)
+_core.get().register_ffi_targets((*_api.OPERATIONS, "join_token"))
 
 # jaxmpi's own communicator: its traffic never meets the user's mpi4py traffic.
 _default_comm = _MPI.COMM_WORLD.Clone()

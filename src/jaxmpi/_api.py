@@ -5,12 +5,13 @@ return ``(result, token)`` as in the seed documents.
 Every function takes ``comm`` (an mpi4py intracommunicator; default: a clone
 of ``MPI.COMM_WORLD`` made when jaxmpi is imported) and ``token`` (optional:
 calls are ordered by JAX's effect system whether or not tokens are passed; a
-token given is accepted for compatibility and needs no joining). Integer arguments (ranks, roots, tags)
+token given is joined to that order). Integer arguments (ranks, roots, tags)
 must be static Python ints.
 """
 
 from __future__ import annotations
 
+from jax._src import core as _jcore
 from mpi4py import MPI
 
 from . import _core
@@ -25,12 +26,10 @@ def _begin(fn, comm, token):
 
 
 def _join(tok):
-    """A token passed in is accepted (after validation) but adds nothing: the
-    ordered effect already puts every jaxmpi call in program order. Making
-    the call depend on it (stablehlo.after_all, or a no-op custom call taking
-    both tokens) let XLA:CPU run jaxmpi calls out of order (found by
-    tests/mpi/test_ordering.py::test_user_tokens_are_joined)."""
-    del tok
+    # A concrete token outside any trace is already complete, and eager calls
+    # are ordered by JAX's runtime tokens: only traced tokens need joining.
+    if tok is not None and not _jcore.trace_state_clean():
+        _ops.join_token_p.bind(tok)
 
 
 def _reduction(fn, x, op, comm, token):

@@ -58,3 +58,13 @@ def lower_with_token(ctx, rule, *operands, **attrs):
     outs = rule(inner, *operands, token, **attrs)
     ctx.set_tokens_out(mlir.TokenSet({mpi_effect: outs[-1]}))
     return outs[:-1]
+
+
+def join_token_lowering(ctx, user_token):
+    """Make the effect token depend on a token the user passed in, through a
+    no-op custom call of the C core (XLA:CPU orders thunks by buffer use; a
+    bare stablehlo.after_all would give it no edge)."""
+    import jax
+
+    rule = jax.ffi.ffi_lowering("jaxmpi_join_token", has_side_effect=True)
+    return lower_with_token(ctx, rule, user_token)

@@ -27,7 +27,7 @@ from jax.extend.core import Primitive
 from jax.interpreters import mlir
 from mpi4py import MPI
 
-from ._effect import lower_with_token, mpi_effect
+from ._effect import join_token_lowering, lower_with_token, mpi_effect
 from ._validate import reserved_tag_bit
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -501,3 +501,10 @@ def _sendrecv_batcher(args, dims, **params):
 _linear(sendrecv_p, _sendrecv_transpose,
         check=lambda *, source, **_: _no_wildcards("sendrecv", source))
 batching.primitive_batchers[sendrecv_p] = _sendrecv_batcher
+
+# ---- join_token: order later calls after a user-supplied token ------------
+join_token_p = Primitive("jaxmpi_join_token")
+join_token_p.multiple_results = True
+join_token_p.def_impl(partial(dispatch.apply_primitive, join_token_p))
+join_token_p.def_effectful_abstract_eval(lambda token: ([], {mpi_effect}))
+mlir.register_lowering(join_token_p, join_token_lowering, platform="cpu")
