@@ -454,8 +454,8 @@ def main(argv=None):
     carry = start(h0, u0, v0)
     chunk = min(args.steps_per_call, nsteps)
 
-    if args.benchmark:  # compile and run once, then time from the start
-        jax.block_until_ready(multistep(carry, chunk))
+    if args.benchmark:  # compile (one step), then time from the start
+        jax.block_until_ready(multistep(carry, 1))
         comm.Barrier()
 
     animate = args.animate is not None and not args.benchmark
@@ -469,7 +469,7 @@ def main(argv=None):
     t0 = time.perf_counter()
     done = 0
     with tqdm(total=nsteps, unit="model day", unit_scale=phys.dt / DAY, disable=rank != 0,
-              bar_format="{l_bar}{bar}| {n:.2f}/{total:.2f} days [{elapsed}<{remaining}]") as bar:
+              bar_format="{l_bar}{bar}| {n:.3g}/{total:.3g} days [{elapsed}<{remaining}]") as bar:
         while done < nsteps:
             n = min(chunk, nsteps - done)
             carry = multistep(carry, n)

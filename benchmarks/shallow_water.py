@@ -1,0 +1,120 @@
+"""Shallow-water benchmark: mpi4jax against jaxmpi (plain sendrecv halo
+exchange, and the fused neighbor_exchange), same model, grid and steps.
+
+    python benchmarks/shallow_water.py                 # 2 ranks, 3600 x 1800, 0.01 days, 3 repeats
+    python benchmarks/shallow_water.py --days 0.1 --repeats 5
+    python benchmarks/shallow_water.py --grid 360 180 --days 1
+
+Runs `examples/shallow_water.py --benchmark` under mpiexec once per
+configuration and repeat (configurations interleaved, so that a slow spell
+of a busy machine does not favour one of them), reads each run's
+"Solution took X s" (the time-stepping loop after a warm-up call that
+compiles; start-up and compilation are not counted) and prints the median,
+the spread and the ratio of each median to mpi4jax's.
+
+Needs mpi4jax in the same environment, built against the same MPI as
+mpi4py uses. With the PyPI `mpich` wheel (./run setup's default), that
+wheel's compiler wrapper builds it:
+
+    MPI4JAX_BUILD_MPICC=$VENV/bin/mpicc pip install --no-binary mpi4jax mpi4jax
+
+(`$VENV/bin/mpicc -show` is `cc -I$VENV/include -L$VENV/lib ... -lmpi`: the
+wheel ships mpi.h and libmpi.so.12.) mpi4jax's setup.py builds its CUDA
+extension whenever it finds a CUDA directory (e.g. /usr/local/cuda, even one
+without cuda_runtime.h); on a machine without a usable CUDA toolkit point
+it at an empty directory: CUDA_PATH=$(mktemp -d). Configurations whose
+library is missing are reported as skipped.
+"""
+
+import argparse
+import os
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = {
+    "mpi4jax": ["--backend", "mpi4jax", "--exchange", "sendrecv"],
+    "jaxmpi-sendrecv": ["--backend", "jaxmpi", "--exchange", "sendrecv"],
+    "jaxmpi-fused": ["--backend", "jaxmpi", "--exchange", "fused"],
+}
+
+
+def available(name):
+    code = {
+        "mpi4jax": "import mpi4jax",
+        "jaxmpi-sendrecv": "import jaxmpi.notoken",
+        "jaxmpi-fused": "import jaxmpi.notoken as m; assert hasattr(m, 'neighbor_exchange')",
+    }[name]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-c", code], env=env,
+                          capture_output=True).returncode == 0
+
+
+def launcher():
+    cmd = os.environ.get("JAXMPI_LAUNCH")
+    if cmd:
+        return shlex.split(cmd)
+    return [os.path.join(os.path.dirname(sys.executable), "mpiexec")]
+
+
+def run_once(args, name):
+    cmd = [*launcher(), "-n", str(args.ranks), sys.executable,
+           os.path.join(ROOT, "examples", "shallow_water.py"), "--benchmark",
+           "--days", str(args.days), "--grid", *map(str, args.grid),
+           "--steps-per-call", str(args.steps_per_call), *CONFIGS[name]]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    for k in [k for k in env if k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))]:
+        del env[k]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=args.timeout)
+    found = re.search(r"Solution took ([\d.]+)s", proc.stdout)
+    steps = re.search(r"(\d+) steps", proc.stdout)
+    if proc.returncode != 0 or not found or not steps:
+        raise RuntimeError(f"{name} failed (rc={proc.returncode}):\n{proc.stdout[-2000:]}\n"
+                           f"{proc.stderr[-3000:]}")
+    return float(found.group(1)), int(steps.group(1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--grid", type=int, nargs=2, default=(3600, 1800), metavar=("NX", "NY"))
+    ap.add_argument("--days", type=float, default=0.01,
+                    help="model days per run (0.01 days = 43 steps of 19.95 s)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--steps-per-call", type=int, default=100)
+    ap.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per run")
+    args = ap.parse_args()
+
+    names = [n for n in args.configs if available(n)]
+    for n in args.configs:
+        if n not in names:
+            print(f"skipping {n}: its library (or neighbor_exchange) is not installed")
+    if not names:
+        return 1
+    print(f"shallow water {args.grid[0]} x {args.grid[1]}, {args.days:g} model days, "
+          f"{args.ranks} ranks, {args.repeats} repeats", flush=True)
+    times = {n: [] for n in names}
+    for r in range(args.repeats):
+        for n in names:
+            t, steps = run_once(args, n)
+            times[n].append(t)
+            print(f"  repeat {r + 1}: {n:16s} {t:8.2f} s  ({steps} steps)", flush=True)
+
+    print(f"\n{'configuration':16s} {'median s':>9s} {'min s':>8s} {'max s':>8s} "
+          f"{'ms/step':>8s} {'vs mpi4jax':>10s}")
+    ref = statistics.median(times["mpi4jax"]) if "mpi4jax" in times else None
+    for n in names:
+        med = statistics.median(times[n])
+        ratio = f"{med / ref:10.3f}" if ref else f"{'-':>10s}"
+        print(f"{n:16s} {med:9.2f} {min(times[n]):8.2f} {max(times[n]):8.2f} "
+              f"{1e3 * med / steps:8.2f} {ratio}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
