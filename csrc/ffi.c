@@ -104,8 +104,11 @@ static int answer_metadata_query(XLA_FFI_CallFrame *frame) {
 
 static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int64_t size,
                                      const int *types, void **items,
-                                     jm_buffer *out, const char *what) {
+                                     jm_buffer *out, int *decoded,
+                                     const char *what) {
   int k = 0;
+  const int variadic = n == JM_VARIADIC;
+  if (variadic) n = JM_MAX_BUFFERS;
   for (int64_t i = 0; i < size; i++) {
     XLA_FFI_Buffer *b = items[i];
     if (types[i] != 1 /* BUFFER */)
@@ -114,7 +117,8 @@ static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int64_t size,
     if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
     if (k >= n)
       return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                      "expected %d data %ss, got more", n, what);
+                      "expected %s%d data %ss, got more",
+                      variadic ? "at most " : "", n, what);
     int dt = (int)b->dtype;
     if (dt < 0 || dt >= JM_NDTYPES || !jm_dtypes[dt].has_mpi)
       return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
@@ -129,9 +133,10 @@ static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int64_t size,
     out[k].mpi = jm_dtypes[dt].mpi;
     k++;
   }
-  if (k != n)
+  if (k != n && !variadic)
     return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                     "expected %d data %ss, got %d", n, what, k);
+  *decoded = k;
   return NULL;
 }
 
@@ -140,11 +145,29 @@ static const char *const attr_names[JM_NATTRS] = {
     JM_ATTRS(JM_ATTR_NAME)
 #undef JM_ATTR_NAME
 };
-static const XLA_FFI_DataType attr_types[JM_NATTRS] = {
-#define JM_ATTR_TYPE(name, type) [JM_ATTR_##name] = XLA_FFI_DataType_##type,
-    JM_ATTRS(JM_ATTR_TYPE)
-#undef JM_ATTR_TYPE
+enum { JM_SCALAR, JM_ARRAY };
+static const int attr_kinds[JM_NATTRS] = {
+#define JM_ATTR_KIND(name, kind) [JM_ATTR_##name] = JM_##kind,
+    JM_ATTRS(JM_ATTR_KIND)
+#undef JM_ATTR_KIND
 };
+
+/* An int64 array attribute into `out` (at most JM_MAX_BUFFERS int ranks). */
+static XLA_FFI_Error *decode_array(jm_call *c, int a, const XLA_FFI_Array *arr,
+                                   int *out, int *n) {
+  if (arr->dtype != XLA_FFI_DataType_S64 || arr->size > JM_MAX_BUFFERS)
+    return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                    "attribute '%s' must be an int64 array of at most %d "
+                    "items",
+                    attr_names[a], JM_MAX_BUFFERS);
+  for (size_t i = 0; i < arr->size; i++) {
+    int64_t v;
+    memcpy(&v, (const char *)arr->data + i * sizeof v, sizeof v);
+    out[i] = (int)v;
+  }
+  *n = (int)arr->size;
+  return NULL;
+}
 
 static int find_attr(const XLA_FFI_ByteSpan *name) {
   for (int i = 0; i < JM_NATTRS; i++) {
@@ -164,13 +187,25 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
     if (a < 0 || !(wanted & (1u << a)))
       return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                       "unexpected attribute '%.*s'", (int)name->len, name->ptr);
-    const XLA_FFI_Scalar *s = attrs->attrs[i];
-    if (attrs->types[i] != XLA_FFI_AttrType_SCALAR || s->dtype != attr_types[a])
-      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                      "attribute '%s' must be a %s scalar", attr_names[a],
-                      "int64");
-    memcpy(&raw[a], s->value, sizeof raw[a]);
     seen |= 1u << a;
+    if (attr_kinds[a] == JM_ARRAY) {
+      if (attrs->types[i] != XLA_FFI_AttrType_ARRAY)
+        return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "attribute '%s' must be an int64 array",
+                        attr_names[a]);
+      XLA_FFI_Error *err =
+          a == JM_ATTR_sources
+              ? decode_array(c, a, attrs->attrs[i], c->sources, &c->nsources)
+              : decode_array(c, a, attrs->attrs[i], c->dests, &c->ndests);
+      if (err) return err;
+      continue;
+    }
+    const XLA_FFI_Scalar *s = attrs->attrs[i];
+    if (attrs->types[i] != XLA_FFI_AttrType_SCALAR ||
+        s->dtype != XLA_FFI_DataType_S64)
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "attribute '%s' must be an int64 scalar", attr_names[a]);
+    memcpy(&raw[a], s->value, sizeof raw[a]);
   }
   if (seen != wanted) {
     for (int a = 0; a < JM_NATTRS; a++)
@@ -200,11 +235,11 @@ XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
   XLA_FFI_Error *err;
   if ((err = decode_buffers(&c, desc->nargs, frame->args.size,
                             (const int *)frame->args.types, frame->args.args,
-                            c.arg, "argument")))
+                            c.arg, &c.nargs, "argument")))
     return err;
   if ((err = decode_buffers(&c, desc->nrets, frame->rets.size,
                             (const int *)frame->rets.types, frame->rets.rets,
-                            c.ret, "result")))
+                            c.ret, &c.nrets, "result")))
     return err;
   if ((err = decode_attrs(&c, &frame->attrs, desc->attrs))) return err;
   int rc = jm_mpi.Comm_rank(c.comm, &c.rank);

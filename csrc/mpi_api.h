@@ -101,7 +101,18 @@ typedef void jm_User_function(void *invec, void *inoutvec, int *len,
      int, jm_Comm, jm_Status *))                                               \
   X(int, Sendrecv_c, 0,                                                        \
     (const void *, jm_Count, jm_Datatype, int, int, void *, jm_Count,          \
-     jm_Datatype, int, int, jm_Comm, jm_Status *))
+     jm_Datatype, int, int, jm_Comm, jm_Status *))                             \
+  X(int, Isend, 1,                                                             \
+    (const void *, int, jm_Datatype, int, int, jm_Comm, jm_Request *))         \
+  X(int, Isend_c, 0,                                                           \
+    (const void *, jm_Count, jm_Datatype, int, int, jm_Comm, jm_Request *))    \
+  X(int, Irecv, 1, (void *, int, jm_Datatype, int, int, jm_Comm, jm_Request *)) \
+  X(int, Irecv_c, 0,                                                           \
+    (void *, jm_Count, jm_Datatype, int, int, jm_Comm, jm_Request *))          \
+  X(int, Waitall, 1, (int, jm_Request *, jm_Status *))                         \
+  X(int, Wait, 1, (jm_Request *, jm_Status *))                                 \
+  X(int, Cancel, 1, (jm_Request *))                                            \
+  X(int, Request_free, 1, (jm_Request *))
 
 #define JM_DECLARE_FN(ret, name, req, params) ret(*name) params;
 typedef struct jm_mpi_api {
@@ -162,6 +173,13 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
                 int dest, int sendtag, void *r, int64_t rn, size_t relsize,
                 jm_Datatype rt, int source, int recvtag, jm_Comm comm,
                 jm_Status *status);
+
+/* Nonblocking point-to-point; a derived datatype made for a large count is
+ * freed at once (MPI keeps it alive until the request completes). */
+int jm_Isend(const void *buf, int64_t n, size_t elsize, jm_Datatype t,
+             int dest, int tag, jm_Comm comm, jm_Request *req);
+int jm_Irecv(void *buf, int64_t n, size_t elsize, jm_Datatype t, int source,
+             int tag, jm_Comm comm, jm_Request *req);
 
 /* Bytes a completed receive delivered, or -1 if MPI cannot say in an int. */
 int64_t jm_received_bytes(const jm_Status *status);
