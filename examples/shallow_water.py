@@ -187,10 +187,11 @@ def initial_state(phys, dec):
 
 
 class Halo:
-    """Fills the one-cell halo of a list of (nyl+2, nxl+2) fields from the
-    neighbours (corners included) and applies the walls.
+    """Fills the one-cell halo of a list of (nyl+2, nxl+2) fields, corners
+    included, from the neighbouring blocks (the walls are the model's job).
 
-    Inside a block, x is periodic only when px == 1; that wrap is a copy.
+    With px == 1 a block is its own x neighbour: the periodic wrap is a
+    local copy, and only the y neighbours are sent messages.
     """
 
     def __init__(self, dec, mpi, comm, exchange):

@@ -7,6 +7,7 @@ The grid is 96 x 48 cells, so that 1, 2, 3 and 4 ranks split it as 1 x 1,
 1 x 2, 3 x 1 and 2 x 2 blocks: y neighbours, distinct x neighbours, and
 corners that travel to diagonal neighbours are all exercised."""
 
+import importlib.util
 import os
 
 import numpy as np
@@ -18,22 +19,18 @@ LONG = "0.5"  # model days for the physics
 _runs = {}
 
 
-def run_model(mpirun, tmp_path_factory, n, exchange, days):
-    key = (n, exchange, days)
+def run_model(mpirun, tmp_path_factory, n, exchange, days, backend="jaxmpi"):
+    key = (n, exchange, days, backend)
     if key not in _runs:
-        out = str(tmp_path_factory.mktemp("sw") / f"n{n}-{exchange}-{days}.npz")
+        out = str(tmp_path_factory.mktemp("sw") / f"n{n}-{backend}-{exchange}-{days}.npz")
         job = mpirun(n, "examples/shallow_water.py", "--grid", *GRID, "--days", days,
-                     "--exchange", exchange, "--out", out, timeout=600)
+                     "--backend", backend, "--exchange", exchange, "--out", out,
+                     timeout=600)
         assert job.returncode == 0, job
         assert os.path.exists(out), job
         with np.load(out) as f:
             _runs[key] = {k: f[k] for k in f.files}
     return _runs[key]
-
-
-def has_fused():
-    import jaxmpi.notoken
-    return hasattr(jaxmpi.notoken, "neighbor_exchange")
 
 
 def assert_same_state(a, b, what):
@@ -55,11 +52,18 @@ def test_same_solution_as_one_rank(mpirun, tmp_path_factory, n, layout):
 
 @pytest.mark.parametrize("n", [2, 4])
 def test_fused_exchange_matches_sendrecv(mpirun, tmp_path_factory, n):
-    if not has_fused():
-        pytest.skip("this jaxmpi has no notoken.neighbor_exchange")
     plain = run_model(mpirun, tmp_path_factory, n, "sendrecv", SHORT)
     fused = run_model(mpirun, tmp_path_factory, n, "fused", SHORT)
     assert_same_state(plain, fused, f"fused vs sendrecv on {n} ranks")
+
+
+def test_mpi4jax_backend_gives_the_same_solution(mpirun, tmp_path_factory):
+    # The same model code on mpi4jax (an optional install, for the benchmark).
+    if importlib.util.find_spec("mpi4jax") is None:  # no import: no MPI_Init here
+        pytest.skip("mpi4jax is not installed")
+    ours = run_model(mpirun, tmp_path_factory, 2, "sendrecv", SHORT)
+    theirs = run_model(mpirun, tmp_path_factory, 2, "sendrecv", SHORT, backend="mpi4jax")
+    assert_same_state(ours, theirs, "mpi4jax vs jaxmpi on 2 ranks")
 
 
 def diagnostics(state, f):
