@@ -526,7 +526,7 @@ def plot_state(phys, state, days, path):
 
     h, u, v = state.astype(np.float64)
     ext = (0, phys.nx * phys.dx / 1e3, 0, phys.ny * phys.dy / 1e3)
-    fig, axes = plt.subplots(2, 1, figsize=(10, 10 * phys.ny / phys.nx + 1.5),
+    fig, axes = plt.subplots(2, 1, figsize=(9, 2 * 7 * phys.ny / phys.nx + 1.6),
                              constrained_layout=True)
     eta = h - phys.depth
     lim = np.abs(eta).max()

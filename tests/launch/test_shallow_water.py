@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 GRID = ("96", "48")
-SHORT = "0.1"  # model days (433 steps) for the comparisons
+SHORT = "0.05"  # model days (216 steps) for the comparisons
 LONG = "0.5"  # model days for the physics
 _runs = {}
 
