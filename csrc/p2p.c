@@ -4,6 +4,8 @@
 
 #include <string.h>
 
+#include "check.h"
+
 static XLA_FFI_Error *check_received(jm_call *c, const jm_buffer *y,
                                      const jm_Status *st) {
   if (st->MPI_SOURCE == jm_const.proc_null) { /* nothing arrives: zeros */
@@ -36,6 +38,10 @@ XLA_FFI_Error *jm_run_send(jm_call *c) {
 XLA_FFI_Error *jm_run_recv(jm_call *c) {
   jm_buffer *y = &c->ret[0];
   jm_Status st;
+  if (jm_check_on()) {
+    XLA_FFI_Error *err = jm_check_incoming(c, y, c->source, c->tag);
+    if (err) return err;
+  }
   JM_MPI(c, "MPI_Recv", "source", c->source, y->count, y->dtype,
          jm_Recv(y->data, y->count, y->elsize, y->mpi, c->source, c->tag,
                  c->comm, &st));
