@@ -16,7 +16,7 @@ from mpi4py import MPI as _MPI  # initialises MPI first
 import jax as _jax
 from jax._src import core as _jcore
 
-from . import _api, _core, _validate
+from . import _api, _core, _faults, _validate
 from ._core import MPIConfigurationError
 
 __version__ = "0.1.0"
@@ -32,6 +32,8 @@ _validate.set_default_comm(_default_comm)
 # Registered after mpi4py's finalizer, so it runs first: queued MPI calls
 # complete before MPI_Finalize and exiting never hangs.
 _atexit.register(_jax.effects_barrier)
+# An uncaught exception on one rank ends the whole job (see _faults.py).
+_faults.install()
 
 _eager_token = None
 
