@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 from mpi4py import MPI
 
 _installed = False
+_GRACE_S = 1.0
 
 
 def _wanted() -> bool:
@@ -45,6 +47,10 @@ def install() -> None:
                 "MPI_Abort so that the other ranks do not wait for it "
                 "forever (JAXMPI_ABORT_ON_ERROR=0 turns this off)\n")
             sys.stderr.flush()
+            sys.stdout.flush()
+            # Give the launcher a moment to forward this output: MPI_Abort
+            # ends every process at once, and what is still in a pipe is lost.
+            time.sleep(_GRACE_S)
             if MPI.Is_initialized() and not MPI.Is_finalized():
                 MPI.COMM_WORLD.Abort(1)
 
