@@ -80,7 +80,7 @@ static void format_tag(char *out, size_t len, const char *kind, int t) {
 /* The watchdog's report: what this rank waited for, and what to do now. */
 static XLA_FFI_Error *timeout_failure(jm_call *c, const char *fn,
                                       const char *peer_kind, int peer) {
-  char where[96] = "", tags[64] = "", t2[48] = "";
+  char where[400] = "", tags[64] = "", t2[48] = "";
   if (peer_kind) {
     where[0] = ',';
     where[1] = ' ';
@@ -90,6 +90,20 @@ static XLA_FFI_Error *timeout_failure(jm_call *c, const char *fn,
   if (c->attrs & JM_A(sendtag)) {
     format_tag(tags, sizeof tags, "sendtag", c->sendtag);
     format_tag(t2, sizeof t2, "recvtag", c->recvtag);
+  }
+  if (c->attrs & JM_A(sources)) {
+    size_t n = strlen(where);
+    for (int k = 0; k < 2; k++) {
+      const int *r = k ? c->dests : c->sources;
+      int m = k ? c->ndests : c->nsources;
+      n += (size_t)snprintf(where + n, sizeof where - n, ", %s [",
+                            k ? "dests" : "sources");
+      for (int i = 0; i < m && n < sizeof where; i++)
+        n += (size_t)snprintf(where + n, sizeof where - n, i ? ",%d" : "%d",
+                              r[i]);
+      if (n < sizeof where) n += (size_t)snprintf(where + n, sizeof where - n, "]");
+      if (n >= sizeof where) break;
+    }
   }
   if (c->attrs & JM_A(dest) && c->attrs & JM_A(source) && peer_kind &&
       strcmp(peer_kind, "source") == 0)
@@ -155,8 +169,11 @@ static int answer_metadata_query(XLA_FFI_CallFrame *frame) {
 
 static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int64_t size,
                                      const int *types, void **items,
-                                     jm_buffer *out, const char *what) {
+                                     jm_buffer *out, int *decoded,
+                                     const char *what) {
   int k = 0;
+  const int variadic = n == JM_VARIADIC;
+  if (variadic) n = JM_MAX_BUFFERS;
   for (int64_t i = 0; i < size; i++) {
     XLA_FFI_Buffer *b = items[i];
     if (types[i] != 1 /* BUFFER */)
@@ -165,7 +182,8 @@ static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int64_t size,
     if (b->dtype == XLA_FFI_DataType_TOKEN) continue;
     if (k >= n)
       return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                      "expected %d data %ss, got more", n, what);
+                      "expected %s%d data %ss, got more",
+                      variadic ? "at most " : "", n, what);
     int dt = (int)b->dtype;
     if (dt < 0 || dt >= JM_NDTYPES || !jm_dtypes[dt].has_mpi)
       return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
@@ -182,9 +200,10 @@ static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int64_t size,
     out[k].dims = b->dims;
     k++;
   }
-  if (k != n)
+  if (k != n && !variadic)
     return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                     "expected %d data %ss, got %d", n, what, k);
+  *decoded = k;
   return NULL;
 }
 
@@ -193,11 +212,29 @@ static const char *const attr_names[JM_NATTRS] = {
     JM_ATTRS(JM_ATTR_NAME)
 #undef JM_ATTR_NAME
 };
-static const XLA_FFI_DataType attr_types[JM_NATTRS] = {
-#define JM_ATTR_TYPE(name, type) [JM_ATTR_##name] = XLA_FFI_DataType_##type,
-    JM_ATTRS(JM_ATTR_TYPE)
-#undef JM_ATTR_TYPE
+enum { JM_SCALAR, JM_ARRAY };
+static const int attr_kinds[JM_NATTRS] = {
+#define JM_ATTR_KIND(name, kind) [JM_ATTR_##name] = JM_##kind,
+    JM_ATTRS(JM_ATTR_KIND)
+#undef JM_ATTR_KIND
 };
+
+/* An int64 array attribute into `out` (at most JM_MAX_BUFFERS int ranks). */
+static XLA_FFI_Error *decode_array(jm_call *c, int a, const XLA_FFI_Array *arr,
+                                   int *out, int *n) {
+  if (arr->dtype != XLA_FFI_DataType_S64 || arr->size > JM_MAX_BUFFERS)
+    return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                    "attribute '%s' must be an int64 array of at most %d "
+                    "items",
+                    attr_names[a], JM_MAX_BUFFERS);
+  for (size_t i = 0; i < arr->size; i++) {
+    int64_t v;
+    memcpy(&v, (const char *)arr->data + i * sizeof v, sizeof v);
+    out[i] = (int)v;
+  }
+  *n = (int)arr->size;
+  return NULL;
+}
 
 static int find_attr(const XLA_FFI_ByteSpan *name) {
   for (int i = 0; i < JM_NATTRS; i++) {
@@ -217,13 +254,25 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
     if (a < 0 || !(wanted & (1u << a)))
       return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                       "unexpected attribute '%.*s'", (int)name->len, name->ptr);
-    const XLA_FFI_Scalar *s = attrs->attrs[i];
-    if (attrs->types[i] != XLA_FFI_AttrType_SCALAR || s->dtype != attr_types[a])
-      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
-                      "attribute '%s' must be a %s scalar", attr_names[a],
-                      "int64");
-    memcpy(&raw[a], s->value, sizeof raw[a]);
     seen |= 1u << a;
+    if (attr_kinds[a] == JM_ARRAY) {
+      if (attrs->types[i] != XLA_FFI_AttrType_ARRAY)
+        return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "attribute '%s' must be an int64 array",
+                        attr_names[a]);
+      XLA_FFI_Error *err =
+          a == JM_ATTR_sources
+              ? decode_array(c, a, attrs->attrs[i], c->sources, &c->nsources)
+              : decode_array(c, a, attrs->attrs[i], c->dests, &c->ndests);
+      if (err) return err;
+      continue;
+    }
+    const XLA_FFI_Scalar *s = attrs->attrs[i];
+    if (attrs->types[i] != XLA_FFI_AttrType_SCALAR ||
+        s->dtype != XLA_FFI_DataType_S64)
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "attribute '%s' must be an int64 scalar", attr_names[a]);
+    memcpy(&raw[a], s->value, sizeof raw[a]);
   }
   if (seen != wanted) {
     for (int a = 0; a < JM_NATTRS; a++)
@@ -255,18 +304,20 @@ XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
   XLA_FFI_Error *err;
   if ((err = decode_buffers(&c, desc->nargs, frame->args.size,
                             (const int *)frame->args.types, frame->args.args,
-                            c.arg, "argument")))
+                            c.arg, &c.nargs, "argument")))
     return err;
   if ((err = decode_buffers(&c, desc->nrets, frame->rets.size,
                             (const int *)frame->rets.types, frame->rets.rets,
-                            c.ret, "result")))
+                            c.ret, &c.nrets, "result")))
     return err;
   if ((err = decode_attrs(&c, &frame->attrs, desc->attrs))) return err;
   int rc = jm_mpi.Comm_rank(c.comm, &c.rank);
   if (rc == 0) rc = jm_mpi.Comm_size(c.comm, &c.size);
   if (rc != 0) return jm_mpi_failure(&c, "MPI_Comm_rank", NULL, 0, rc);
   /* Point-to-point ops check what they receive instead (p2p.c). */
-  if (jm_check_on() && !(desc->attrs & (JM_A(source) | JM_A(dest))) &&
+  if (jm_check_on() &&
+      !(desc->attrs &
+        (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))) &&
       (err = jm_check_collective(&c, desc)))
     return err;
   return desc->run(&c);

@@ -9,7 +9,7 @@
 #include "ops.h"
 #include "xla/ffi/api/c_api.h"
 
-#define JM_MAX_BUFFERS 2
+#define JM_MAX_BUFFERS 32 /* neighbor_exchange: at most 32 pairs */
 #define JM_NDTYPES 34
 
 /* What jaxmpi knows of each XLA element type. */
@@ -35,9 +35,12 @@ typedef struct jm_call {
   const char *opname;
   XLA_FFI_CallFrame *frame;
   jm_buffer arg[JM_MAX_BUFFERS], ret[JM_MAX_BUFFERS];
+  int nargs, nrets; /* data buffers decoded */
   jm_Comm comm;
   jm_Op op;
   int root, source, dest, tag, sendtag, recvtag;
+  int nsources, ndests; /* array attributes */
+  int sources[JM_MAX_BUFFERS], dests[JM_MAX_BUFFERS];
   jm_Status *status; /* caller's MPI.Status, or NULL */
   int rank, size;
   unsigned attrs;  /* the op's attributes (JM_A bits) */

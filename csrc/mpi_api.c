@@ -321,6 +321,24 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
   return rc;
 }
 
+int jm_Isend(const void *buf, int64_t n, size_t elsize, jm_Datatype t,
+             int dest, int tag, jm_Comm comm, jm_Request *req) {
+  if (fits(n)) return jm_mpi.Isend(buf, (int)n, t, dest, tag, comm, req);
+  if (use_c(jm_mpi.Isend_c))
+    return jm_mpi.Isend_c(buf, n, t, dest, tag, comm, req);
+  JM_WITH_BIG(n, elsize, t, big,
+              jm_mpi.Isend(buf, 1, big, dest, tag, comm, req));
+}
+
+int jm_Irecv(void *buf, int64_t n, size_t elsize, jm_Datatype t, int source,
+             int tag, jm_Comm comm, jm_Request *req) {
+  if (fits(n)) return jm_mpi.Irecv(buf, (int)n, t, source, tag, comm, req);
+  if (use_c(jm_mpi.Irecv_c))
+    return jm_mpi.Irecv_c(buf, n, t, source, tag, comm, req);
+  JM_WITH_BIG(n, elsize, t, big,
+              jm_mpi.Irecv(buf, 1, big, source, tag, comm, req));
+}
+
 int64_t jm_received_bytes(const jm_Status *status) {
   int count = 0;
   if (jm_mpi.Get_count(status, jm_const.byte, &count)) return -1;

@@ -104,7 +104,18 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
      int, jm_Comm, jm_Status *))                                               \
   X(int, Sendrecv_c, 0,                                                        \
     (const void *, jm_Count, jm_Datatype, int, int, void *, jm_Count,          \
-     jm_Datatype, int, int, jm_Comm, jm_Status *))                           \
+     jm_Datatype, int, int, jm_Comm, jm_Status *))                             \
+  X(int, Isend, 1,                                                             \
+    (const void *, int, jm_Datatype, int, int, jm_Comm, jm_Request *))         \
+  X(int, Isend_c, 0,                                                           \
+    (const void *, jm_Count, jm_Datatype, int, int, jm_Comm, jm_Request *))    \
+  X(int, Irecv, 1, (void *, int, jm_Datatype, int, int, jm_Comm, jm_Request *)) \
+  X(int, Irecv_c, 0,                                                           \
+    (void *, jm_Count, jm_Datatype, int, int, jm_Comm, jm_Request *))          \
+  X(int, Waitall, 1, (int, jm_Request *, jm_Status *))                         \
+  X(int, Wait, 1, (jm_Request *, jm_Status *))                                 \
+  X(int, Cancel, 1, (jm_Request *))                                            \
+  X(int, Request_free, 1, (jm_Request *))                                     \
   JM_MPI_RELIABILITY_FUNCTIONS(X)
 
 /* Nonblocking calls, probes and communicator attributes: the deadlock
@@ -118,8 +129,7 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
   X(int, Comm_idup, 1, (jm_Comm, jm_Comm *, jm_Request *))                     \
   X(int, Comm_free, 1, (jm_Comm *))                                            \
   X(int, Test, 1, (jm_Request *, int *, jm_Status *))                          \
-  X(int, Wait, 1, (jm_Request *, jm_Status *))                                 \
-  X(int, Cancel, 1, (jm_Request *))                                            \
+  X(int, Testall, 1, (int, jm_Request *, int *, jm_Status *))                  \
   X(int, Probe, 1, (int, int, jm_Comm, jm_Status *))                           \
   X(int, Iprobe, 1, (int, int, jm_Comm, int *, jm_Status *))                   \
   X(int, Ibarrier, 1, (jm_Comm, jm_Request *))                                 \
@@ -142,11 +152,7 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
      jm_Request *))                                                            \
   X(int, Ialltoall, 1,                                                         \
     (const void *, int, jm_Datatype, void *, int, jm_Datatype, jm_Comm,        \
-     jm_Request *))                                                            \
-  X(int, Isend, 1,                                                             \
-    (const void *, int, jm_Datatype, int, int, jm_Comm, jm_Request *))         \
-  X(int, Irecv, 1,                                                             \
-    (void *, int, jm_Datatype, int, int, jm_Comm, jm_Request *))
+     jm_Request *))
 
 #define JM_DECLARE_FN(ret, name, req, params) ret(*name) params;
 typedef struct jm_mpi_api {
@@ -210,6 +216,13 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
 
 /* Barrier, through the watchdog like every other call. */
 int jm_Barrier(jm_Comm comm);
+
+/* Nonblocking point-to-point; a derived datatype made for a large count is
+ * freed at once (MPI keeps it alive until the request completes). */
+int jm_Isend(const void *buf, int64_t n, size_t elsize, jm_Datatype t,
+             int dest, int tag, jm_Comm comm, jm_Request *req);
+int jm_Irecv(void *buf, int64_t n, size_t elsize, jm_Datatype t, int source,
+             int tag, jm_Comm comm, jm_Request *req);
 
 /* Bytes a completed receive delivered, or -1 if MPI cannot say in an int. */
 int64_t jm_received_bytes(const jm_Status *status);

@@ -2,26 +2,30 @@
  * recv and sendrecv take the result's template as their last argument (its
  * data is never read): it carries the tangent and batch structure in JAX.
  * X(name, arguments, results, attributes). Arguments and results count data
- * buffers only; the ordering token XLA adds is skipped by the decoder. */
+ * buffers only (JM_VARIADIC: any number up to JM_MAX_BUFFERS); the ordering
+ * token XLA adds is skipped by the decoder. */
 #ifndef JAXMPI_OPS_H
 #define JAXMPI_OPS_H
 
-/* Attributes a handler may receive: X(name, FFI scalar type). */
+/* Attributes a handler may receive, all int64: X(name, SCALAR or ARRAY). */
 #define JM_ATTRS(X)                                                            \
-  X(comm, S64)                                                                 \
-  X(dest, S64)                                                                 \
-  X(op, S64)                                                                   \
-  X(recvtag, S64)                                                              \
-  X(root, S64)                                                                 \
-  X(sendtag, S64)                                                              \
-  X(source, S64)                                                               \
-  X(status, S64)                                                               \
-  X(tag, S64)
+  X(comm, SCALAR)                                                              \
+  X(dest, SCALAR)                                                              \
+  X(dests, ARRAY)                                                              \
+  X(op, SCALAR)                                                                \
+  X(recvtag, SCALAR)                                                           \
+  X(root, SCALAR)                                                              \
+  X(sendtag, SCALAR)                                                           \
+  X(source, SCALAR)                                                            \
+  X(sources, ARRAY)                                                            \
+  X(status, SCALAR)                                                            \
+  X(tag, SCALAR)
 
 #define JM_ATTR_ENUM(name, type) JM_ATTR_##name,
 enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
 #undef JM_ATTR_ENUM
 #define JM_A(name) (1u << JM_ATTR_##name)
+#define JM_VARIADIC (-1)
 
 #define JM_OPS(X)                                                              \
   X(allreduce, 1, 1, JM_A(comm) | JM_A(op))                                          \
@@ -36,6 +40,8 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(send, 1, 0, JM_A(comm) | JM_A(dest) | JM_A(tag))                                    \
   X(recv, 1, 1, JM_A(comm) | JM_A(source) | JM_A(tag) | JM_A(status))                      \
   X(sendrecv, 2, 1,                                                            \
-    JM_A(comm) | JM_A(source) | JM_A(dest) | JM_A(sendtag) | JM_A(recvtag) | JM_A(status))
+    JM_A(comm) | JM_A(source) | JM_A(dest) | JM_A(sendtag) | JM_A(recvtag) | JM_A(status)) \
+  X(neighbor_exchange, JM_VARIADIC, JM_VARIADIC,                               \
+    JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
 
 #endif

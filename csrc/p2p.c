@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "watchdog.h"
 
 static XLA_FFI_Error *check_received(jm_call *c, const jm_buffer *y,
                                      const jm_Status *st) {
@@ -56,4 +57,76 @@ XLA_FFI_Error *jm_run_sendrecv(jm_call *c) {
                      y->data, y->count, y->elsize, y->mpi, c->source,
                      c->recvtag, c->comm, &st));
   return check_received(c, y, &st);
+}
+
+/* Undo the first `nrecv` receives and `nsend` sends posted by an exchange
+ * that could not post the rest: the receives are cancelled (they must never
+ * write into buffers XLA reuses), the sends left to complete on their own. */
+static void abandon(jm_Request *recvs, int nrecv, jm_Request *sends,
+                    int nsend) {
+  for (int i = 0; i < nrecv; i++) {
+    jm_Status st;
+    jm_mpi.Cancel(&recvs[i]);
+    jm_mpi.Wait(&recvs[i], &st);
+  }
+  for (int i = 0; i < nsend; i++) jm_mpi.Request_free(&sends[i]);
+}
+
+/* Pair i sends arg[i] to dests[i] and receives ret[i] from sources[i], both
+ * with tag + i: every receive is posted, then every send, then one wait. */
+XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
+  const int n = c->nargs;
+  JM_EXPECT(c, c->nrets == n && c->nsources == n && c->ndests == n,
+            "%d send buffers, %d results, %d sources and %d dests differ",
+            n, c->nrets, c->nsources, c->ndests);
+  jm_Request reqs[2 * JM_MAX_BUFFERS];
+  jm_Status st[2 * JM_MAX_BUFFERS];
+  memset(st, 0, sizeof st); /* MPI_ERROR stays 0 where MPI sets nothing */
+  jm_Request *recvs = reqs, *sends = reqs + n;
+  for (int i = 0; i < n; i++) {
+    jm_buffer *y = &c->ret[i];
+    double t0 = jm_log_start();
+    int rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->sources[i],
+                      c->tag + i, c->comm, &recvs[i]);
+    if (jm_cfg.debug)
+      jm_log(c, "MPI_Irecv", "source", c->sources[i], y->count, y->dtype, t0);
+    if (rc) {
+      abandon(recvs, i, sends, 0);
+      return jm_mpi_failure(c, "MPI_Irecv", "source", c->sources[i], rc);
+    }
+  }
+  for (int i = 0; i < n; i++) {
+    jm_buffer *x = &c->arg[i];
+    double t0 = jm_log_start();
+    int rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],
+                      c->tag + i, c->comm, &sends[i]);
+    if (jm_cfg.debug)
+      jm_log(c, "MPI_Isend", "dest", c->dests[i], x->count, x->dtype, t0);
+    if (rc) {
+      abandon(recvs, n, sends, i);
+      return jm_mpi_failure(c, "MPI_Isend", "dest", c->dests[i], rc);
+    }
+  }
+  double t0 = jm_log_start();
+  int rc = jm_waitall(2 * n, reqs, st, n);
+  if (jm_cfg.debug) jm_log(c, "MPI_Waitall", NULL, 0, 2 * n, -1, t0);
+  if (rc == JM_ERR_TIMEOUT) return jm_mpi_failure(c, "MPI_Waitall", NULL, 0, rc);
+  if (rc) {
+    /* MPI_ERR_IN_STATUS: name the first request that failed. */
+    for (int i = 0; i < 2 * n; i++) {
+      int err = st[i].MPI_ERROR;
+      if (err == 0) continue;
+      int recv = i < n, k = recv ? i : i - n;
+      return jm_mpi_failure(c, recv ? "MPI_Waitall (receive)"
+                                    : "MPI_Waitall (send)",
+                            recv ? "source" : "dest",
+                            recv ? c->sources[k] : c->dests[k], err);
+    }
+    return jm_mpi_failure(c, "MPI_Waitall", NULL, 0, rc);
+  }
+  for (int i = 0; i < n; i++) {
+    XLA_FFI_Error *err = check_received(c, &c->ret[i], &st[i]);
+    if (err) return err;
+  }
+  return NULL;
 }

@@ -33,6 +33,17 @@ static void backoff(int64_t polls) {
   nanosleep(&ts, NULL);
 }
 
+/* A cancelled receive completes locally: give it a moment. */
+static void jm_wait_cancelled(jm_Request *request) {
+  double until = jm_mpi.Wtime() + 1.0;
+  for (int64_t polls = 0; jm_mpi.Wtime() < until; polls++) {
+    int done = 0;
+    jm_Status st;
+    if (jm_mpi.Test(request, &done, &st) || done) break;
+    backoff(polls);
+  }
+}
+
 int jm_wait(jm_Request *request, jm_Status *status, int cancellable) {
   jm_Status ignored;
   if (!status) status = &ignored;
@@ -47,14 +58,29 @@ int jm_wait(jm_Request *request, jm_Status *status, int cancellable) {
     if (jm_mpi.Wtime() > deadline) break;
     backoff(polls);
   }
-  if (cancellable && jm_mpi.Cancel(request) == 0) {
-    /* A cancelled receive completes locally; give it a moment. */
-    double until = jm_mpi.Wtime() + 1.0;
-    for (int64_t polls = 0; jm_mpi.Wtime() < until; polls++) {
-      int done = 0;
-      if (jm_mpi.Test(request, &done, status) || done) break;
-      backoff(polls);
-    }
+  if (cancellable && jm_mpi.Cancel(request) == 0) jm_wait_cancelled(request);
+  return JM_ERR_TIMEOUT;
+}
+
+int jm_waitall(int n, jm_Request *requests, jm_Status *statuses,
+               int ncancellable) {
+  double limit = jm_watchdog_timeout();
+  if (limit <= 0) return jm_mpi.Waitall(n, requests, statuses);
+  double deadline = jm_mpi.Wtime() + limit;
+  for (int64_t polls = 0;; polls++) {
+    int done = 0;
+    int rc = jm_mpi.Testall(n, requests, &done, statuses);
+    if (rc) return rc;
+    if (done) return 0;
+    if (jm_mpi.Wtime() > deadline) break;
+    backoff(polls);
+  }
+  for (int i = 0; i < ncancellable && i < n; i++) {
+    jm_Status st;
+    int done = 0;
+    /* A completed request is null already; testing it again is harmless. */
+    if (jm_mpi.Test(&requests[i], &done, &st) == 0 && done) continue;
+    if (jm_mpi.Cancel(&requests[i]) == 0) jm_wait_cancelled(&requests[i]);
   }
   return JM_ERR_TIMEOUT;
 }

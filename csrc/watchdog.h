@@ -23,6 +23,11 @@ int jm_watchdog_on(void);
  * may be NULL. Returns 0, an MPI error code, or JM_ERR_TIMEOUT. */
 int jm_wait(jm_Request *request, jm_Status *status, int cancellable);
 
+/* MPI_Waitall likewise: on a timeout the first `ncancellable` requests
+ * (receives) are cancelled and completed, the others left pending. */
+int jm_waitall(int n, jm_Request *requests, jm_Status *statuses,
+               int ncancellable);
+
 /* MPI_Probe, polled with MPI_Iprobe against the deadline when the watchdog
  * is on. */
 int jm_probe(int source, int tag, jm_Comm comm, jm_Status *status);

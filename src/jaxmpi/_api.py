@@ -11,6 +11,7 @@ must be static Python ints.
 
 from __future__ import annotations
 
+import numpy as np
 from jax._src import core as _jcore
 from mpi4py import MPI
 
@@ -217,10 +218,65 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=MPI.ANY_TAG,
     )[0]
 
 
+MAX_EXCHANGE_PAIRS = 32
+
+
+def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
+                      token=None):
+    """Many sendrecvs at once: pair ``i`` sends ``sendbufs[i]`` to
+    ``dests[i]`` and receives an array of ``recvbufs[i]``'s shape and dtype
+    from ``sources[i]``, both with tag ``tag + i``.
+
+    All receives and sends are posted together (MPI_Irecv, MPI_Isend, one
+    MPI_Waitall), so a halo exchange in every direction is one call with no
+    ordering to get right. A rank's pair ``i`` matches pair ``i`` of its
+    peers: in a shift pattern every rank sends in direction ``i`` and
+    receives from the opposite one. ``recvbufs`` are templates (their data
+    is not used); peers may be ``MPI.PROC_NULL`` (the result is zeros).
+    Returns a tuple of the received arrays. At most 32 pairs.
+    """
+    fn = "neighbor_exchange"
+    info, tok = _begin(fn, comm, token)
+    seqs = {}
+    for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
+                        ("sources", sources), ("dests", dests)):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{fn}: {name} must be a list or tuple, got "
+                            f"{type(value).__name__}: {value!r}")
+        seqs[name] = tuple(value)
+    n = len(seqs["sendbufs"])
+    lengths = {name: len(s) for name, s in seqs.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"{fn}: sendbufs, recvbufs, sources and dests must "
+                         f"have the same length, got {lengths}")
+    if n > MAX_EXCHANGE_PAIRS:
+        raise ValueError(f"{fn}: at most {MAX_EXCHANGE_PAIRS} pairs in one "
+                         f"call, got {n}")
+    xs = [v.array(x, fn, f"sendbufs[{i}]")
+          for i, x in enumerate(seqs["sendbufs"])]
+    ts = [v.array(t, fn, f"recvbufs[{i}]")
+          for i, t in enumerate(seqs["recvbufs"])]
+    srcs = tuple(v.rank_arg(s, fn, f"sources[{i}]", info,
+                            allow=(MPI.PROC_NULL,))
+                 for i, s in enumerate(seqs["sources"]))
+    dsts = tuple(v.rank_arg(d, fn, f"dests[{i}]", info, allow=(MPI.PROC_NULL,))
+                 for i, d in enumerate(seqs["dests"]))
+    tag = v.tag_arg(tag, fn, "tag", info)
+    if n:
+        v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
+    _join(tok)
+    if n == 0:
+        return ()
+    return tuple(_ops.neighbor_exchange_p.bind(
+        *xs, comm=info, sources=srcs, dests=dsts, tag=tag,
+        recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts)))
+
+
 def has_cuda_support() -> bool:
     """True if jaxmpi's C core was built with CUDA support."""
     return _core.get().cuda_built
 
 
 OPERATIONS = ("allgather", "allreduce", "alltoall", "barrier", "bcast",
-              "gather", "recv", "reduce", "scan", "scatter", "send", "sendrecv")
+              "gather", "neighbor_exchange", "recv", "reduce", "scan",
+              "scatter", "send", "sendrecv")

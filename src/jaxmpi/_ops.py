@@ -37,6 +37,7 @@ PRIMITIVES: dict[str, Primitive] = {}
 # attributes cannot hold above 2**63).
 _HANDLE_ATTRS = ("comm", "op", "status")
 _INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
+_ARRAY_ATTRS = ("sources", "dests")
 
 
 def _as_int64(value: int) -> np.int64:
@@ -51,6 +52,8 @@ def _attributes(params) -> dict:
             attrs[k] = _as_int64(int(getattr(v, "handle", v)))
         elif k in _INT_ATTRS:
             attrs[k] = np.int64(v)
+        elif k in _ARRAY_ATTRS:
+            attrs[k] = np.asarray(v, np.int64)
     return attrs
 
 
@@ -508,3 +511,41 @@ join_token_p.multiple_results = True
 join_token_p.def_impl(partial(dispatch.apply_primitive, join_token_p))
 join_token_p.def_effectful_abstract_eval(lambda token: ([], {mpi_effect}))
 mlir.register_lowering(join_token_p, join_token_lowering, platform="cpu")
+
+# ---- neighbor_exchange: many sendrecvs in one call --------------------------
+# Pair i sends x_i to dests[i] and receives y_i (shape and dtype recv_avals[i])
+# from sources[i], both with tag + i; the C core posts every receive and send
+# at once and waits once. The recv shapes are parameters, not templates.
+neighbor_exchange_p = _define(
+    "neighbor_exchange",
+    lambda *xs, comm, sources, dests, tag, recv_avals: [
+        _aval(shape, dtype) for shape, dtype in recv_avals],
+)
+
+
+def _neighbor_exchange_transpose(cts, *xs, comm, sources, dests, tag,
+                                 recv_avals):
+    # Every pair reversed: y_i's cotangent goes back to sources[i], and x_i's
+    # comes from dests[i], in the backward tag space.
+    like = [_aval(shape, dtype) for shape, dtype in recv_avals]
+    back = [_ct(ct, a) for ct, a in zip(cts, like)]
+    xbars = neighbor_exchange_p.bind(
+        *back, comm=comm, sources=dests, dests=sources,
+        tag=_backward_tag(tag, comm),
+        recv_avals=tuple((x.aval.shape, x.aval.dtype) for x in xs))
+    return [xb if ad.is_undefined_primal(x) else None
+            for xb, x in zip(xbars, xs)]
+
+
+def _neighbor_exchange_batcher(args, dims, *, recv_avals, **params):
+    # One exchange for the whole batch: every buffer gets the batch in front.
+    n = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+    args = [_front(a, d) if d is not None else
+            jnp.broadcast_to(a, (n, *a.shape)) for a, d in zip(args, dims)]
+    recv_avals = tuple(((n, *shape), dtype) for shape, dtype in recv_avals)
+    outs = neighbor_exchange_p.bind(*args, recv_avals=recv_avals, **params)
+    return outs, [0] * len(outs)
+
+
+_linear(neighbor_exchange_p, _neighbor_exchange_transpose)
+batching.primitive_batchers[neighbor_exchange_p] = _neighbor_exchange_batcher

@@ -12,6 +12,7 @@ from ._api import (  # noqa: F401
     bcast,
     gather,
     has_cuda_support,
+    neighbor_exchange,
     recv,
     reduce,
     scan,
@@ -22,5 +23,5 @@ from ._api import (  # noqa: F401
 
 __all__ = [
     "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
-    "has_cuda_support", "recv", "reduce", "scan", "scatter", "send", "sendrecv",
+    "has_cuda_support", "neighbor_exchange", "recv", "reduce", "scan", "scatter", "send", "sendrecv",
 ]

@@ -126,6 +126,9 @@ def test_vmap_makes_one_mpi_call_per_batch(mpirun, tmp_path):
             lambda x: mpx.sendrecv(x, x, (rank - 1) % size, (rank + 1) % size))(xs))
         g = jax.vmap(jax.grad(lambda x: jnp.sum(mpx.allgather(x) ** 2)))(xs)
         jax.block_until_ready(g)
+        left, right = (rank - 1) % size, (rank + 1) % size
+        jax.block_until_ready(jax.vmap(lambda x: mpx.neighbor_exchange(
+            [x, x], [x, x], [left, right], [right, left]))(xs))
     """))
     job = mpirun(2, script, env={"JAXMPI_DEBUG": "1"})
     assert job.returncode == 0, job
@@ -134,6 +137,10 @@ def test_vmap_makes_one_mpi_call_per_batch(mpirun, tmp_path):
         ops = [l.split("|")[1].split()[0] for l in lines]
         # One call per op for the whole batch of 5 (the grad: allgather
         # forward, alltoall backward).
+        # neighbor_exchange: its two pairs posted once, one wait.
         assert ops == ["MPI_Allreduce", "MPI_Allgather", "MPI_Sendrecv",
-                       "MPI_Allgather", "MPI_Alltoall"], job
+                       "MPI_Allgather", "MPI_Alltoall", "MPI_Irecv",
+                       "MPI_Irecv", "MPI_Isend", "MPI_Isend",
+                       "MPI_Waitall"], job
+        assert all("count=15" in l for l in lines[5:9]), job
         assert "count=15" in lines[0] and "count=15" in lines[1], job

@@ -64,6 +64,11 @@ def _cases():
         "sendrecv_anytag": (lambda x: mpx.sendrecv(x, x, LEFT, RIGHT, sendtag=3),
                      lambda X: [X[(r - 1) % SIZE] for r in range(SIZE)],
                      lambda r: SHAPE),
+        "neighbor_exchange": (
+            _exchange,
+            lambda X: [jnp.concatenate([X[(r - 1) % SIZE],
+                                        2 * X[(r + 1) % SIZE][:2]])
+                       for r in range(SIZE)], lambda r: SHAPE),
         "send_recv": (_send_recv_ring,
                       lambda X: [X[(r - 1) % SIZE] if SIZE > 1 else X[r]
                                  for r in range(SIZE)], lambda r: SHAPE),
@@ -77,6 +82,13 @@ def _cases():
                            lambda X: [jnp.prod(jnp.stack(X), axis=0)] * SIZE,
                            lambda r: SHAPE),
     }
+
+
+def _exchange(x):
+    # Two pairs of different shapes: x to the right, 2 x[:2] to the left.
+    a, b = mpx.neighbor_exchange([x, 2 * x[:2]], [x, x[:2]], [LEFT, RIGHT],
+                                 [RIGHT, LEFT], tag=5)
+    return jnp.concatenate([a, b])
 
 
 def _send_recv_ring(x):
@@ -146,7 +158,8 @@ def test_linear_transpose(name):
 # transposes feed zeros to the communication on non-root ranks) nor for plain
 # send/recv (the transpose of a send has no local cotangent).
 @pytest.mark.parametrize("name", ["allreduce_sum", "scan", "allgather",
-                                  "alltoall", "sendrecv", "sendrecv_anytag"])
+                                  "alltoall", "sendrecv", "sendrecv_anytag",
+                                  "neighbor_exchange"])
 def test_double_transpose(name):
     local, glob, in_shape = _cases()[name]
     x = _all_inputs(in_shape)[RANK]
@@ -275,7 +288,8 @@ def test_distributed_cg_differentiated():
 # ---- vmap -------------------------------------------------------------------
 
 VMAP_CASES = ["allreduce_sum", "reduce", "scan", "bcast", "gather", "scatter",
-              "allgather", "alltoall", "sendrecv", "send_recv"]
+              "allgather", "alltoall", "sendrecv", "send_recv",
+              "neighbor_exchange"]
 
 
 @pytest.mark.parametrize("axis", [0, 1])
@@ -307,3 +321,18 @@ def test_vmap_of_grad():
     for i in range(3):
         gi = jax.grad(lambda x: jnp.sum(mpx.allgather(x) ** 2))(x[i])
         np.testing.assert_allclose(g[i], gi, rtol=1e-12)
+
+
+def test_vmap_neighbor_exchange_mixed_batching():
+    # One buffer batched, the other not: both travel once, batched.
+    xs = jnp.stack([inputs(seed=s)[RANK] for s in range(3)], axis=1)  # (3, B)
+    c = inputs(seed=7)[RANK]
+
+    def f(a):
+        return mpx.neighbor_exchange([a, c], [a, c], [LEFT, RIGHT],
+                                     [RIGHT, LEFT])
+
+    ys, zs = jax.vmap(f, in_axes=1)(xs)
+    for i in range(3):
+        np.testing.assert_allclose(ys[i], inputs(seed=i)[LEFT])
+        np.testing.assert_allclose(zs[i], inputs(seed=7)[RIGHT])

@@ -203,3 +203,81 @@ def test_long_message_is_an_mpi_error():
         assert "source 0" in msg
         assert "trunc" in msg.lower()
     check(mpx.allreduce(jnp.ones(2), MPI.SUM), np.full(2, float(SIZE)))
+
+
+# ---- neighbor_exchange -------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_neighbor_exchange_shift(dtype, mode):
+    # Pair 0 shifts right, pair 1 (another shape) shifts left.
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    z = jnp.asarray(data(RANK, (5,), dtype, seed=1))
+
+    def f(a, b):
+        return mpx.neighbor_exchange([a, b], [a, b], [LEFT, RIGHT],
+                                     [RIGHT, LEFT], tag=7)
+
+    y0, y1 = run(mode, f, x, z)
+    check(y0, data(LEFT, SHAPE, dtype))
+    check(y1, data(RIGHT, (5,), dtype, seed=1))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_neighbor_exchange_open_ends(mode):
+    # A non-periodic line: the ends talk to MPI.PROC_NULL and get zeros.
+    left = RANK - 1 if RANK > 0 else MPI.PROC_NULL
+    right = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
+    x = jnp.asarray(data(RANK, SHAPE, np.float32))
+
+    def f(a):
+        return mpx.neighbor_exchange([a, a], [a, a], [left, right],
+                                     [right, left])
+
+    from_left, from_right = run(mode, f, x)
+    zeros = np.zeros(SHAPE, np.float32)
+    check(from_left, data(left, SHAPE, np.float32) if RANK > 0 else zeros)
+    check(from_right,
+          data(right, SHAPE, np.float32) if RANK < SIZE - 1 else zeros)
+
+
+def test_neighbor_exchange_token_api_and_empty():
+    x = jnp.ones(3) * RANK
+    (y,), tok = jaxmpi.neighbor_exchange([x], [x], [LEFT], [RIGHT], token=None)
+    check(y, np.ones(3) * LEFT)
+    assert mpx.neighbor_exchange([], [], [], []) == ()
+
+
+def test_neighbor_exchange_size_mismatch_is_an_error():
+    # Every rank sends 4 elements but expects 3: an error, not a truncation.
+    x = jnp.ones(4)
+    with pytest.raises(Exception, match="neighbor_exchange"):
+        jax.block_until_ready(
+            mpx.neighbor_exchange([x], [jnp.ones(3)], [LEFT], [RIGHT]))
+
+
+@pytest.mark.parametrize("args, err, match", [
+    (lambda x: ([x], [x, x], [LEFT], [RIGHT]), ValueError, "same length"),
+    (lambda x: (x, [x], [LEFT], [RIGHT]), TypeError, "sendbufs must be a list"),
+    (lambda x: ([x], [x], [SIZE], [RIGHT]), ValueError, r"sources\[0\]"),
+    (lambda x: ([x], [x], [LEFT], [-5]), ValueError, r"dests\[0\]"),
+    (lambda x: ([x], [x], [MPI.ANY_SOURCE], [RIGHT]), ValueError,
+     r"sources\[0\]"),
+    (lambda x: ([x] * 33, [x] * 33, [LEFT] * 33, [RIGHT] * 33), ValueError,
+     "at most 32"),
+    (lambda x: ([x], [object()], [LEFT], [RIGHT]), TypeError, r"recvbufs\[0\]"),
+])
+def test_neighbor_exchange_bad_input(args, err, match):
+    with pytest.raises(err, match=match):
+        mpx.neighbor_exchange(*args(jnp.ones(2)))
+
+
+def test_neighbor_exchange_last_tag_checked():
+    ub = jaxmpi.get_default_comm().Get_attr(MPI.TAG_UB)
+    from jaxmpi._validate import reserved_tag_bit
+    top = reserved_tag_bit(ub) - 1
+    x = jnp.ones(2)
+    with pytest.raises(ValueError, match="last pair"):
+        mpx.neighbor_exchange([x, x], [x, x], [LEFT, LEFT], [RIGHT, RIGHT],
+                              tag=top)
