@@ -129,6 +129,24 @@ def test_sendrecv_and_barrier_time_out(mpirun, tmp_path):
     assert took < 90, took
 
 
+def test_neighbor_exchange_times_out(mpirun, tmp_path):
+    # Rank 0 exchanges with rank 1, which never calls.
+    script = write(tmp_path, """
+        if rank == 0:
+            report(lambda: mpx.neighbor_exchange(
+                [jnp.ones(2), jnp.ones(2)], [jnp.ones(2), jnp.ones(2)], [1, 1],
+                [1, 1], tag=10))
+        else:
+            time.sleep(4)
+    """)
+    job, took = timed(mpirun, 2, script, WATCHDOG)
+    assert job.returncode != 0, job
+    assert re.search(timeout_text("neighbor_exchange", "MPI_Waitall", 0, 2,
+                                  ", sources \\[1,1\\], dests \\[1,1\\], "
+                                  "tag 10"), job.stdout), job
+    assert took < 90, took
+
+
 def test_checks_and_watchdog_together(mpirun, tmp_path):
     # Rank 0 calls a collective, rank 1 a receive: with checks on, rank 0
     # waits in the check's exchange and rank 1 in its probe; both time out.

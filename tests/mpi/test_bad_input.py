@@ -205,6 +205,24 @@ CASES = [
      r"set_timeout: seconds must be a finite number of seconds >= 0, got nan"),
     ("set-timeout-bool", lambda: jaxmpi.set_timeout(True), TypeError,
      r"set_timeout: seconds must be a number of seconds or None, got bool"),
+    # neighbor_exchange
+    ("exchange-sendbufs-array", lambda: mpx.neighbor_exchange(X, [X], [0], [0]),
+     TypeError, r"neighbor_exchange: sendbufs must be a list or tuple, got "
+     r"ArrayImpl"),
+    ("exchange-lengths", lambda: mpx.neighbor_exchange([X], [X, X], [0], [0]),
+     ValueError, r"neighbor_exchange: sendbufs, recvbufs, sources and dests "
+     r"must have the same length, got \{'sendbufs': 1, 'recvbufs': 2"),
+    ("exchange-source-rank",
+     lambda: mpx.neighbor_exchange([X], [X], [SIZE], [0]), ValueError,
+     rf"neighbor_exchange: sources\[0\]={SIZE} is not a rank of the "
+     r"communicator"),
+    ("exchange-recvbuf-dtype",
+     lambda: mpx.neighbor_exchange([X, X], [X, np.array(["s"])], [0, 0],
+                                   [0, 0]),
+     TypeError, r"neighbor_exchange: recvbufs\[1\] has dtype <U1"),
+    ("exchange-too-many-pairs",
+     lambda: mpx.neighbor_exchange([X] * 33, [X] * 33, [0] * 33, [0] * 33),
+     ValueError, r"neighbor_exchange: at most 32 pairs in one call, got 33"),
     # Python's own checks of the signature
     ("missing-op", lambda: mpx.allreduce(X), TypeError,
      r"allreduce\(\) missing 1 required positional argument: 'op'"),
