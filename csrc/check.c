@@ -95,7 +95,8 @@ static int get_shadow(jm_call *c, jm_shadow **out) {
   rc = jm_mpi.Comm_idup(c->comm, &s->dup, &rq);
   if (!rc) rc = jm_wait(&rq, NULL, 0);
   if (rc) {
-    free(s);
+    /* After a timeout MPI may still write s->dup: leave it allocated. */
+    if (rc != JM_ERR_TIMEOUT) free(s);
     return rc;
   }
   rc = jm_mpi.Comm_set_attr(c->comm, keyval, s);
@@ -276,15 +277,18 @@ XLA_FFI_Error *jm_check_collective(jm_call *c, const jm_op_desc *desc) {
   }
   mine.root = (desc->attrs & JM_A(root)) ? c->root : -1;
 
-  jm_sig *all = malloc(sizeof(jm_sig) * (size_t)c->size);
+  /* Everyone's signatures, then ours: one block, which a timed-out
+   * exchange leaves allocated (MPI may still read and write it). */
+  jm_sig *all = malloc(sizeof(jm_sig) * ((size_t)c->size + 1));
   if (!all)
     return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
+  all[c->size] = mine;
   jm_Request rq;
-  rc = jm_mpi.Iallgather(&mine, (int)sizeof mine, jm_const.byte, all,
+  rc = jm_mpi.Iallgather(&all[c->size], (int)sizeof mine, jm_const.byte, all,
                          (int)sizeof mine, jm_const.byte, sh->dup, &rq);
   if (!rc) rc = jm_wait(&rq, NULL, 0);
   if (rc) {
-    free(all);
+    if (rc != JM_ERR_TIMEOUT) free(all);
     return jm_mpi_failure(c, "MPI_Allgather (JAXMPI_CHECK)", NULL, 0, rc);
   }
   char msg[1200];

@@ -94,21 +94,42 @@ def test_recv_without_send_times_out_everywhere(mpirun, tmp_path):
     assert_job_gone(script)
 
 
-def test_different_collectives_time_out_everywhere(mpirun, tmp_path):
+def test_collectives_on_different_communicators_time_out(mpirun, tmp_path):
+    # Rank 0 reduces over one communicator, the others over a duplicate.
+    script = write(tmp_path, """
+        dup = MPI.COMM_WORLD.Dup()
+        comm = jaxmpi.get_default_comm() if rank == 0 else dup
+        report(lambda: mpx.allreduce(jnp.ones(3), MPI.SUM, comm=comm))
+    """)
+    job, took = timed(mpirun, 3, script, WATCHDOG)
+    assert job.returncode != 0, job
+    for r in range(3):
+        assert re.search(timeout_text("allreduce", "MPI_Allreduce", r, 3),
+                         job.stdout), job
+    assert took < 90, took
+    assert_job_gone(script)
+
+
+def test_different_collectives_with_checks(mpirun, tmp_path):
+    # Without checks, what ranks calling different collectives do depends on
+    # the MPI: MPICH hangs (then the watchdog fires), Open MPI may complete
+    # both with wrong results. With checks every rank reports the mismatch.
     script = write(tmp_path, """
         if rank == 0:
             report(mpx.allreduce, jnp.ones(3), MPI.SUM)
         else:
             report(mpx.bcast, jnp.ones(3), 1)
     """)
-    job, took = timed(mpirun, 2, script, WATCHDOG)
+    job, took = timed(mpirun, 3, script, {**WATCHDOG, "JAXMPI_CHECK": "1"})
     assert job.returncode != 0, job
-    assert re.search(timeout_text("allreduce", "MPI_Allreduce", 0, 2),
-                     job.stdout), job
-    assert re.search(timeout_text("bcast", "MPI_Bcast", 1, 2, ", root 1"),
-                     job.stdout), job
+    for r in range(3):
+        op = "allreduce" if r == 0 else "bcast"
+        assert re.search(
+            rf"rank {r} error: FAILED_PRECONDITION: jaxmpi\.{op}: collective "
+            r"call #1 on this communicator differs across ranks \(JAXMPI_CHECK\):"
+            r" the operation: rank 0 calls jaxmpi\.allreduce, ranks 1,2 call "
+            r"jaxmpi\.bcast", job.stdout), job
     assert took < 90, took
-    assert_job_gone(script)
 
 
 def test_sendrecv_and_barrier_time_out(mpirun, tmp_path):
