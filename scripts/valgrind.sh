@@ -54,9 +54,9 @@ timeout "${JAXMPI_VALGRIND_TIMEOUT:-3000}" "$VENV/bin/mpiexec" -n 2 valgrind --t
   --log-file="$OUT/memcheck.%p.log" "$VENV/bin/python" "$OUT/job.py"
 # Error blocks (separated by "==PID== " lines) that mention our core.
 ours=$(awk '
-  /^==[0-9]+== $/ { if (block ~ /_core_(mpich|openmpi|mpiabi)|csrc\//) { print block; n++ } block=""; next }
+  /^==[0-9]+== $/ { if (block ~ /_core_(mpich|openmpi|mpiabi)|csrc\/| jm_[A-Za-z_]+ \(| jaxmpi_ffi_/) { print block; n++ } block=""; next }
   /^==[0-9]+== / { block = block $0 "\n" }
-  END { if (block ~ /_core_(mpich|openmpi|mpiabi)|csrc\//) { print block; n++ } }
+  END { if (block ~ /_core_(mpich|openmpi|mpiabi)|csrc\/| jm_[A-Za-z_]+ \(| jaxmpi_ffi_/) { print block; n++ } }
 ' "$OUT"/memcheck.*.log | grep -v "HEAP SUMMARY\|in use at exit\|total heap usage" || true)
 if printf '%s' "$ours" | grep -q "Invalid\|uninitialised\|Mismatched\|overlap\|Conditional jump"; then
   printf '%s\n' "$ours"
