@@ -1,7 +1,16 @@
 /* Collective operations. Each handler checks what Python promised about the
- * buffers, then makes its MPI call. Rooted ops get a zero-size result on the
- * ranks where MPI delivers nothing. */
+ * buffers, then makes its MPI call. Where a rooted op's MPI call delivers
+ * nothing (reduce and gather off the root, bcast on it), the result is a copy
+ * of the input: that keeps every rank's program linear in the same values,
+ * so derivatives of any order make the same calls on every rank. */
 #include "ffi.h"
+
+#include <string.h>
+
+static void pass_through(const jm_buffer *x, jm_buffer *y) {
+  if (x->count && x->data != y->data)
+    memcpy(y->data, x->data, (size_t)x->count * x->elsize);
+}
 
 static int same_type(const jm_buffer *a, const jm_buffer *b) {
   return a->dtype == b->dtype;
@@ -20,11 +29,12 @@ XLA_FFI_Error *jm_run_allreduce(jm_call *c) {
 XLA_FFI_Error *jm_run_reduce(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   int root = c->rank == c->root;
-  JM_EXPECT(c, same_type(x, y) && y->count == (root ? x->count : 0),
-            "result must have the input's size on the root, 0 elsewhere");
+  JM_EXPECT(c, same_type(x, y) && y->count == x->count,
+            "result must match the input's shape and dtype");
   JM_MPI(c, "MPI_Reduce", "root", c->root, x->count, x->dtype,
          jm_Reduce(x->data, root ? y->data : NULL, x->count, x->elsize, x->mpi,
                    c->op, c->root, c->comm));
+  if (!root) pass_through(x, y);
   return NULL;
 }
 
@@ -41,12 +51,11 @@ XLA_FFI_Error *jm_run_scan(jm_call *c) {
 XLA_FFI_Error *jm_run_bcast(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   int root = c->rank == c->root;
-  JM_EXPECT(c, same_type(x, y) && y->count == (root ? 0 : x->count),
-            "result must have the input's size off the root, 0 on it");
-  /* The root only reads its buffer; MPI_Bcast's pointer is not const. */
-  void *buf = root ? x->data : y->data;
+  JM_EXPECT(c, same_type(x, y) && y->count == x->count,
+            "result must match the input's shape and dtype");
+  if (root) pass_through(x, y); /* the root sends from its result */
   JM_MPI(c, "MPI_Bcast", "root", c->root, x->count, x->dtype,
-         jm_Bcast(buf, x->count, x->elsize, x->mpi, c->root, c->comm));
+         jm_Bcast(y->data, x->count, x->elsize, x->mpi, c->root, c->comm));
   return NULL;
 }
 
@@ -55,11 +64,13 @@ XLA_FFI_Error *jm_run_gather(jm_call *c) {
   int root = c->rank == c->root;
   JM_EXPECT(c,
             same_type(x, y) &&
-                y->count == (root ? x->count * (int64_t)c->size : 0),
-            "result must hold size x input elements on the root, 0 elsewhere");
+                y->count == (root ? x->count * (int64_t)c->size : x->count),
+            "result must hold size x input elements on the root, the "
+            "input's elsewhere");
   JM_MPI(c, "MPI_Gather", "root", c->root, x->count, x->dtype,
          jm_Gather(x->data, root ? y->data : NULL, x->count, x->elsize, x->mpi,
                    c->root, c->comm));
+  if (!root) pass_through(x, y);
   return NULL;
 }
 

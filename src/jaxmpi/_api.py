@@ -33,6 +33,14 @@ def _join(tok):
         _ops.join_token_p.bind(tok)
 
 
+def _passed_through(x, y):
+    """Where a rooted op's MPI call delivers nothing, the op gives back x.
+    Called eagerly with no transformation, that is x itself (as in mpi4jax);
+    under jit, grad or vmap it is the primitive's copy of x, so that every
+    rank's program stays linear in the same values (docs/autodiff.md)."""
+    return x if _jcore.trace_state_clean() else y
+
+
 def _reduction(fn, x, op, comm, token):
     info, tok = _begin(fn, comm, token)
     x = v.array(x, fn)
@@ -68,7 +76,7 @@ def reduce(x, op, root, *, comm=None, token=None):
     info, x, opinfo = _reduction("reduce", x, op, comm, token)
     root = v.rank_arg(root, "reduce", "root", info)
     (y,) = _ops.reduce_p.bind(x, comm=info, op=opinfo, root=root)
-    return y if info.rank == root else x
+    return y if info.rank == root else _passed_through(x, y)
 
 
 def scan(x, op, *, comm=None, token=None):
@@ -91,7 +99,7 @@ def bcast(x, root, *, comm=None, token=None):
     root = v.rank_arg(root, "bcast", "root", info)
     _join(tok)
     (y,) = _ops.bcast_p.bind(x, comm=info, root=root)
-    return x if info.rank == root else y
+    return _passed_through(x, y) if info.rank == root else y
 
 
 def gather(x, root, *, comm=None, token=None):
@@ -105,7 +113,7 @@ def gather(x, root, *, comm=None, token=None):
     root = v.rank_arg(root, "gather", "root", info)
     _join(tok)
     (y,) = _ops.gather_p.bind(x, comm=info, root=root)
-    return y if info.rank == root else x
+    return y if info.rank == root else _passed_through(x, y)
 
 
 def scatter(x, root, *, comm=None, token=None):

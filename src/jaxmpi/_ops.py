@@ -75,10 +75,6 @@ def _define(name: str, shape_rule) -> Primitive:
     return prim
 
 
-def _empty(x):
-    return ShapedArray((0,), x.dtype)
-
-
 def _aval(shape, dtype):
     return ShapedArray(tuple(shape), np.dtype(dtype))
 
@@ -253,30 +249,23 @@ def _sum_only_jvp(prim, fn):
     ad.primitive_jvps[prim] = jvp
 
 
-# ---- reduce: the root gets the reduction; elsewhere an empty result -------
-reduce_p = _define(
-    "reduce",
-    lambda x, *, comm, op, root: [x if comm.rank == root else _empty(x)],
-)
+# Rooted ops: where MPI delivers nothing (reduce and gather off the root,
+# bcast on it) the result is x passed through, so every rank's program is
+# linear in the same values and transposes of transposes make the same calls
+# on every rank.
+
+# ---- reduce: the root gets the reduction; elsewhere x passes through ------
+reduce_p = _define("reduce", lambda x, *, comm, op, root: [x])
 
 
 def _reduce_transpose(cts, x, *, comm, op, root):
+    # y_root = sum of all x, y_r = x_r elsewhere: every x gets the root's
+    # cotangent (a bcast; off the root ct is only its template), plus its
+    # own off the root.
     _sum_only("reduce", op)
-    if comm.rank == root:  # y_root = sum of all x: every x gets the root's ct
-        ct = _ct(cts[0], x)
-        bcast_p.bind(ct, comm=comm, root=root)
-        return [ct]
-    return bcast_p.bind(_zeros_from(cts[0], x), comm=comm, root=root)
-
-
-_sum_only_jvp(reduce_p, "reduce")
-ad.primitive_transposes[reduce_p] = _reduce_transpose
-
-
-def _batched_nothing(y, x, d):
-    """The empty result of a rank that gets nothing, with a batch axis (so
-    that every rank's cotangents stay batched alike)."""
-    return jnp.zeros((x.shape[d], 0), y.dtype)
+    ct = _ct(cts[0], x)
+    (b,) = bcast_p.bind(ct, comm=comm, root=root)
+    return [b if comm.rank == root else b + ct]
 
 
 def _rooted_batcher(prim):
@@ -284,14 +273,13 @@ def _rooted_batcher(prim):
 
     def rule(args, dims, **params):
         (x,), (d,) = args, dims
-        (y,) = prim.bind(_front(x, d), **params)
-        empty = params["comm"].rank == params["root"] if prim is bcast_p else (
-            params["comm"].rank != params["root"])
-        return [_batched_nothing(y, x, d) if empty else y], [0]
+        return prim.bind(_front(x, d), **params), [0]
 
     batching.primitive_batchers[prim] = rule
 
 
+_sum_only_jvp(reduce_p, "reduce")
+ad.primitive_transposes[reduce_p] = _reduce_transpose
 _rooted_batcher(reduce_p)
 
 # ---- scan: rank r gets the reduction over ranks 0..r -----------------------
@@ -311,47 +299,45 @@ _sum_only_jvp(scan_p, "scan")
 ad.primitive_transposes[scan_p] = _scan_transpose
 _elementwise_batcher(scan_p)
 
-# ---- bcast: every rank but the root receives the root's x -----------------
-bcast_p = _define(
-    "bcast",
-    lambda x, *, comm, root: [_empty(x) if comm.rank == root else x],
-)
+# ---- bcast: every rank gets the root's x (the root: x passed through) -----
+bcast_p = _define("bcast", lambda x, *, comm, root: [x])
 
 
 def _bcast_transpose(cts, x, *, comm, root):
-    # The root's x reaches every other rank: it collects their cotangents.
-    # (The root's own result is x itself, outside this primitive.)
-    ct = _zeros_from(cts[0], x) if comm.rank == root else _ct(cts[0], x)
+    # The root's x reaches every rank: it collects all their cotangents;
+    # elsewhere x was a template and gets zero.
+    ct = _ct(cts[0], x)
     (total,) = reduce_p.bind(ct, comm=comm, op=_sum_op(ct.dtype), root=root)
-    return [total if comm.rank == root else _zeros(x)]
+    return [total if comm.rank == root else _zeros_from(total, x)]
 
 
 _linear(bcast_p, _bcast_transpose)
 _rooted_batcher(bcast_p)
 
-# ---- gather: the root gets (size, *x.shape) -------------------------------
+# ---- gather: the root gets (size, *x.shape); elsewhere x passes through --
 gather_p = _define(
     "gather",
     lambda x, *, comm, root: [
-        _aval((comm.size, *x.shape), x.dtype) if comm.rank == root else _empty(x)
+        _aval((comm.size, *x.shape), x.dtype) if comm.rank == root else x
     ],
 )
 
 
 def _gather_transpose(cts, x, *, comm, root):
+    # x̄_r = ȳ_root[r] (a scatter; off the root ct is only its template),
+    # plus its own cotangent off the root.
     if comm.rank == root:
         ct = _ct(cts[0], _aval((comm.size, *x.aval.shape), x.aval.dtype))
     else:
-        ct = _zeros_from(cts[0], x)
-    return scatter_p.bind(ct, comm=comm, root=root)
+        ct = _ct(cts[0], x)
+    (part,) = scatter_p.bind(ct, comm=comm, root=root)
+    return [part if comm.rank == root else part + ct]
 
 
 def _gather_batcher(args, dims, *, comm, root):
     (x,), (d,) = args, dims
     (y,) = gather_p.bind(_front(x, d), comm=comm, root=root)
-    if comm.rank == root:
-        return [y], [1]
-    return [_batched_nothing(y, x, d)], [0]
+    return [y], [1 if comm.rank == root else 0]
 
 
 _linear(gather_p, _gather_transpose)
@@ -367,10 +353,11 @@ scatter_p = _define(
 
 
 def _scatter_transpose(cts, x, *, comm, root):
+    # The root collects every rank's cotangent; elsewhere x was a template.
     ct = _ct(cts[0], _aval(x.aval.shape[1:] if comm.rank == root
                            else x.aval.shape, x.aval.dtype))
     (y,) = gather_p.bind(ct, comm=comm, root=root)
-    return [y if comm.rank == root else _zeros(x)]
+    return [y if comm.rank == root else _zeros_from(y, x)]
 
 
 def _scatter_batcher(args, dims, *, comm, root):

@@ -154,11 +154,12 @@ def test_linear_transpose(name):
     np.testing.assert_allclose(xt, ref, rtol=1e-12)
 
 
-# Transposing twice gives back the op. Not yet for rooted ops (their
-# transposes feed zeros to the communication on non-root ranks) nor for plain
-# send/recv (the transpose of a send has no local cotangent).
-@pytest.mark.parametrize("name", ["allreduce_sum", "scan", "allgather",
-                                  "alltoall", "sendrecv", "sendrecv_anytag",
+# Transposing twice gives back the op. Not for plain send/recv: a send has
+# no result, so its transpose (a receive) has no local linear input, and
+# transposing that again sees a constant (docs/autodiff.md).
+@pytest.mark.parametrize("name", ["allreduce_sum", "reduce", "scan", "bcast",
+                                  "gather", "scatter", "allgather", "alltoall",
+                                  "sendrecv", "sendrecv_anytag",
                                   "neighbor_exchange"])
 def test_double_transpose(name):
     local, glob, in_shape = _cases()[name]
@@ -315,6 +316,19 @@ def test_vmap_sendrecv_different_in_axes():
     np.testing.assert_allclose(ys, np.broadcast_to(inputs()[LEFT], (2, *SHAPE)))
 
 
+@pytest.mark.parametrize("name", ["reduce", "bcast", "gather", "scatter",
+                                  "neighbor_exchange"])
+def test_vmap_of_grad_rooted_and_exchange(name):
+    # Where a rooted op delivers nothing its result is x passed through, so
+    # every rank's cotangents are batched alike.
+    local, glob, in_shape = _cases()[name]
+    loss = jax.grad(lambda x: jnp.sum(jnp.sin(local(x))))
+    xs = jnp.stack([_all_inputs(in_shape, seed=s)[RANK] for s in range(3)])
+    g = jax.jit(jax.vmap(loss))(xs)
+    for i in range(3):
+        np.testing.assert_allclose(g[i], loss(xs[i]), rtol=1e-12)
+
+
 def test_vmap_of_grad():
     x = jnp.stack([inputs(seed=s)[RANK] for s in range(3)])
     g = jax.vmap(jax.grad(lambda x: jnp.sum(mpx.allgather(x) ** 2)))(x)
@@ -336,3 +350,25 @@ def test_vmap_neighbor_exchange_mixed_batching():
     for i in range(3):
         np.testing.assert_allclose(ys[i], inputs(seed=i)[LEFT])
         np.testing.assert_allclose(zs[i], inputs(seed=7)[RIGHT])
+
+
+@pytest.mark.skipif(SIZE < 2, reason="needs 2 ranks")
+def test_zero_template_that_carries_the_dependency():
+    # docs/autodiff.md: a receiver's template computed from the
+    # differentiated input (x * 0) lets both ends differentiate the message.
+    def f(x):
+        if RANK == 0:
+            mpx.send(x * 2, 1, tag=1)
+            return jnp.sum(x)
+        if RANK == 1:
+            return jnp.sum(mpx.recv(x * 0, 0, tag=1) * x)
+        return jnp.sum(x)
+
+    xs = _all_inputs(lambda r: SHAPE)
+    g = jax.grad(f)(xs[RANK])
+    expected = {0: 1 + 2 * xs[1], 1: 2 * xs[0]}.get(RANK, jnp.ones(SHAPE))
+    np.testing.assert_allclose(g, expected, rtol=1e-12)
+    _, t = jax.jvp(f, (xs[RANK],), (jnp.ones(SHAPE),))
+    if RANK == 1:
+        np.testing.assert_allclose(t, jnp.sum(2 * xs[1]) + jnp.sum(2 * xs[0]),
+                                   rtol=1e-12)

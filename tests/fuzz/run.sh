@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Build the libFuzzer harness over the C core's XLA FFI boundary
+# (tests/fuzz/fuzz_frames.c, with ASan and UBSan) and run it for a bounded
+# time. Any crash, sanitizer report or leak fails the run; the input that
+# caused it is left in $OUT (reproduce: $OUT/fuzz_frames $OUT/crash-...).
+#
+#   tests/fuzz/run.sh [SECONDS]      default 60
+#
+# Needs clang (installed with apt-get when missing) and a Python with jax
+# (for XLA's FFI header): PYTHON=.venv/bin/python by default when present.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+SECS=${1:-60}
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && PY=.venv/bin/python
+OUT=${JAXMPI_FUZZ_DIR:-build/fuzz}
+
+if ! command -v clang >/dev/null 2>&1; then
+  as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null
+fi
+
+INC=$("$PY" -c "import jax.ffi; print(jax.ffi.include_dir())")
+mkdir -p "$OUT/corpus"
+clang -std=c11 -g -O1 -Wall -Wextra -Werror \
+  -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+  -I csrc -I "$INC" tests/fuzz/fuzz_frames.c csrc/*.c -ldl -o "$OUT/fuzz_frames"
+echo "fuzzing the FFI boundary for ${SECS}s"
+cd "$OUT"
+./fuzz_frames -max_total_time="$SECS" -max_len=1024 -print_final_stats=1 corpus 2>&1 | tail -15
