@@ -110,6 +110,6 @@ XLA_FFI_Error *jm_run_alltoall(jm_call *c) {
 }
 
 XLA_FFI_Error *jm_run_barrier(jm_call *c) {
-  JM_MPI(c, "MPI_Barrier", NULL, 0, 0, 0, jm_mpi.Barrier(c->comm));
+  JM_MPI(c, "MPI_Barrier", NULL, 0, 0, 0, jm_Barrier(c->comm));
   return NULL;
 }

@@ -4,8 +4,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
 #include "ffi.h"
 #include "halfops.h"
+#include "watchdog.h"
 
 const char *jaxmpi_abi(void) { return JM_ABI_NAME; }
 int jaxmpi_sizeof_comm(void) { return (int)sizeof(jm_Comm); }
@@ -78,3 +80,14 @@ int jaxmpi_half_op(int dtype, int kind, uint64_t *out) {
   *out = JM_U64(op);
   return 0;
 }
+
+int jaxmpi_check_init(char *err, size_t errlen) {
+  return jm_check_init(err, errlen);
+}
+void jaxmpi_set_check(int on) { jm_check_set(on); }
+int jaxmpi_get_check(void) { return jm_check_on(); }
+int jaxmpi_check_name_op(uint64_t op, const char *name) {
+  return jm_check_name_op(JM_HANDLE(jm_Op, op), name);
+}
+void jaxmpi_set_timeout(double seconds) { jm_watchdog_set(seconds); }
+double jaxmpi_get_timeout(void) { return jm_watchdog_timeout(); }

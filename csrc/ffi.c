@@ -3,10 +3,17 @@
 #include "ffi.h"
 
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "check.h"
+#include "watchdog.h"
+
 jm_config jm_cfg;
+
+/* jaxmpi calls executed by this process (named in watchdog reports). */
+static _Atomic int64_t calls_made;
 
 jm_dtype jm_dtypes[JM_NDTYPES] = {
     [XLA_FFI_DataType_PRED] = {"bool", 1, 0, 0},
@@ -56,8 +63,66 @@ XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
   return make_error(c->frame->api, code, msg);
 }
 
+static void format_rank(char *out, size_t len, const char *kind, int r) {
+  if (r == jm_const.any_source)
+    snprintf(out, len, "%s MPI.ANY_SOURCE", kind);
+  else
+    snprintf(out, len, "%s %d", kind, r);
+}
+
+static void format_tag(char *out, size_t len, const char *kind, int t) {
+  if (t == jm_const.any_tag)
+    snprintf(out, len, ", %s MPI.ANY_TAG", kind);
+  else
+    snprintf(out, len, ", %s %d", kind, t);
+}
+
+/* The watchdog's report: what this rank waited for, and what to do now. */
+static XLA_FFI_Error *timeout_failure(jm_call *c, const char *fn,
+                                      const char *peer_kind, int peer) {
+  char where[400] = "", tags[64] = "", t2[48] = "";
+  if (peer_kind) {
+    where[0] = ',';
+    where[1] = ' ';
+    format_rank(where + 2, sizeof where - 2, peer_kind, peer);
+  }
+  if (c->attrs & JM_A(tag)) format_tag(tags, sizeof tags, "tag", c->tag);
+  if (c->attrs & JM_A(sendtag)) {
+    format_tag(tags, sizeof tags, "sendtag", c->sendtag);
+    format_tag(t2, sizeof t2, "recvtag", c->recvtag);
+  }
+  if (c->attrs & JM_A(sources)) {
+    size_t n = strlen(where);
+    for (int k = 0; k < 2; k++) {
+      const int *r = k ? c->dests : c->sources;
+      int m = k ? c->ndests : c->nsources;
+      n += (size_t)snprintf(where + n, sizeof where - n, ", %s [",
+                            k ? "dests" : "sources");
+      for (int i = 0; i < m && n < sizeof where; i++)
+        n += (size_t)snprintf(where + n, sizeof where - n, i ? ",%d" : "%d",
+                              r[i]);
+      if (n < sizeof where) n += (size_t)snprintf(where + n, sizeof where - n, "]");
+      if (n >= sizeof where) break;
+    }
+  }
+  if (c->attrs & JM_A(dest) && c->attrs & JM_A(source) && peer_kind &&
+      strcmp(peer_kind, "source") == 0)
+    snprintf(where + strlen(where), sizeof where - strlen(where), ", dest %d",
+             c->dest);
+  return jm_error(c, XLA_FFI_Error_Code_DEADLINE_EXCEEDED,
+                  "timed out after %.3g s (JAXMPI_TIMEOUT) in %s on rank %d of "
+                  "%d%s%s%s, jaxmpi call #%lld of this process: the peer(s) "
+                  "never made the matching call (a deadlock, or a rank that "
+                  "died or is far behind). The call was abandoned, not "
+                  "completed: the communicator cannot be used any more; end "
+                  "the job (MPI.COMM_WORLD.Abort(1))",
+                  jm_watchdog_timeout(), fn, c->rank, c->size, where, tags, t2,
+                  (long long)c->callno);
+}
+
 XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
                               int peer, int rc) {
+  if (rc == JM_ERR_TIMEOUT) return timeout_failure(c, fn, peer_kind, peer);
   char mpimsg[1024] = "";
   int len = 0, cls = rc;
   if (jm_mpi.Error_string(rc, mpimsg, &len) != 0)
@@ -131,6 +196,8 @@ static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int64_t size,
     out[k].dtype = dt;
     out[k].elsize = jm_dtypes[dt].size;
     out[k].mpi = jm_dtypes[dt].mpi;
+    out[k].ndim = b->rank;
+    out[k].dims = b->dims;
     k++;
   }
   if (k != n && !variadic)
@@ -232,6 +299,8 @@ XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
   memset(&c, 0, sizeof c);
   c.opname = desc->name;
   c.frame = frame;
+  c.attrs = desc->attrs;
+  c.callno = atomic_fetch_add_explicit(&calls_made, 1, memory_order_relaxed) + 1;
   XLA_FFI_Error *err;
   if ((err = decode_buffers(&c, desc->nargs, frame->args.size,
                             (const int *)frame->args.types, frame->args.args,
@@ -245,6 +314,12 @@ XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
   int rc = jm_mpi.Comm_rank(c.comm, &c.rank);
   if (rc == 0) rc = jm_mpi.Comm_size(c.comm, &c.size);
   if (rc != 0) return jm_mpi_failure(&c, "MPI_Comm_rank", NULL, 0, rc);
+  /* Point-to-point ops check what they receive instead (p2p.c). */
+  if (jm_check_on() &&
+      !(desc->attrs &
+        (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))) &&
+      (err = jm_check_collective(&c, desc)))
+    return err;
   return desc->run(&c);
 }
 

@@ -27,6 +27,8 @@ typedef struct jm_buffer {
   int dtype;     /* XLA_FFI_DataType */
   size_t elsize;
   jm_Datatype mpi;
+  int64_t ndim;
+  const int64_t *dims;
 } jm_buffer;
 
 typedef struct jm_call {
@@ -41,6 +43,8 @@ typedef struct jm_call {
   int sources[JM_MAX_BUFFERS], dests[JM_MAX_BUFFERS];
   jm_Status *status; /* caller's MPI.Status, or NULL */
   int rank, size;
+  unsigned attrs;  /* the op's attributes (JM_A bits) */
+  int64_t callno;  /* jaxmpi calls this process has executed, this one included */
 } jm_call;
 
 typedef struct jm_config {

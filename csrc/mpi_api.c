@@ -1,6 +1,7 @@
 /* Binding to the MPI library mpi4py loaded, and the large-count layer. */
 #define _GNU_SOURCE
 #include "mpi_api.h"
+#include "watchdog.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -161,8 +162,26 @@ static const char *at(const void *p, int64_t off, size_t elsize) {
     return 0;                                                                  \
   } while (0)
 
+/* With the watchdog on, a call within the plain count limit is made as its
+ * nonblocking variant and completed by jm_wait (large counts stay
+ * blocking). */
+#define JM_WATCHED(n, icall, status, cancellable)                              \
+  do {                                                                         \
+    if (jm_watchdog_on() && fits(n)) {                                         \
+      jm_Request rq;                                                           \
+      int rcw_ = (icall);                                                      \
+      return rcw_ ? rcw_ : jm_wait(&rq, (status), (cancellable));              \
+    }                                                                          \
+  } while (0)
+
+int jm_Barrier(jm_Comm comm) {
+  JM_WATCHED(0, jm_mpi.Ibarrier(comm, &rq), NULL, 0);
+  return jm_mpi.Barrier(comm);
+}
+
 int jm_Allreduce(const void *s, void *r, int64_t n, size_t elsize,
                  jm_Datatype t, jm_Op op, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Iallreduce(s, r, (int)n, t, op, comm, &rq), NULL, 0);
   if (fits(n)) return jm_mpi.Allreduce(s, r, (int)n, t, op, comm);
   if (use_c(jm_mpi.Allreduce_c)) return jm_mpi.Allreduce_c(s, r, n, t, op, comm);
   JM_CHUNKED(n, elsize, s, r, jm_mpi.Allreduce(cs, cr, cn, t, op, comm));
@@ -170,6 +189,7 @@ int jm_Allreduce(const void *s, void *r, int64_t n, size_t elsize,
 
 int jm_Reduce(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
               jm_Op op, int root, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Ireduce(s, r, (int)n, t, op, root, comm, &rq), NULL, 0);
   if (fits(n)) return jm_mpi.Reduce(s, r, (int)n, t, op, root, comm);
   if (use_c(jm_mpi.Reduce_c))
     return jm_mpi.Reduce_c(s, r, n, t, op, root, comm);
@@ -178,6 +198,7 @@ int jm_Reduce(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
 
 int jm_Scan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
             jm_Op op, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Iscan(s, r, (int)n, t, op, comm, &rq), NULL, 0);
   if (fits(n)) return jm_mpi.Scan(s, r, (int)n, t, op, comm);
   if (use_c(jm_mpi.Scan_c)) return jm_mpi.Scan_c(s, r, n, t, op, comm);
   JM_CHUNKED(n, elsize, s, r, jm_mpi.Scan(cs, cr, cn, t, op, comm));
@@ -185,6 +206,7 @@ int jm_Scan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
 
 int jm_Bcast(void *buf, int64_t n, size_t elsize, jm_Datatype t, int root,
              jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Ibcast(buf, (int)n, t, root, comm, &rq), NULL, 0);
   if (fits(n)) return jm_mpi.Bcast(buf, (int)n, t, root, comm);
   if (use_c(jm_mpi.Bcast_c)) return jm_mpi.Bcast_c(buf, n, t, root, comm);
   JM_WITH_BIG(n, elsize, t, big, jm_mpi.Bcast(buf, 1, big, root, comm));
@@ -192,6 +214,8 @@ int jm_Bcast(void *buf, int64_t n, size_t elsize, jm_Datatype t, int root,
 
 int jm_Gather(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
               int root, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Igather(s, (int)n, t, r, (int)n, t, root, comm, &rq),
+             NULL, 0);
   if (fits(n)) return jm_mpi.Gather(s, (int)n, t, r, (int)n, t, root, comm);
   if (use_c(jm_mpi.Gather_c))
     return jm_mpi.Gather_c(s, n, t, r, n, t, root, comm);
@@ -200,6 +224,8 @@ int jm_Gather(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
 
 int jm_Scatter(const void *s, void *r, int64_t n, size_t elsize,
                jm_Datatype t, int root, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Iscatter(s, (int)n, t, r, (int)n, t, root, comm, &rq),
+             NULL, 0);
   if (fits(n)) return jm_mpi.Scatter(s, (int)n, t, r, (int)n, t, root, comm);
   if (use_c(jm_mpi.Scatter_c))
     return jm_mpi.Scatter_c(s, n, t, r, n, t, root, comm);
@@ -209,6 +235,8 @@ int jm_Scatter(const void *s, void *r, int64_t n, size_t elsize,
 
 int jm_Allgather(const void *s, void *r, int64_t n, size_t elsize,
                  jm_Datatype t, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Iallgather(s, (int)n, t, r, (int)n, t, comm, &rq), NULL,
+             0);
   if (fits(n)) return jm_mpi.Allgather(s, (int)n, t, r, (int)n, t, comm);
   if (use_c(jm_mpi.Allgather_c))
     return jm_mpi.Allgather_c(s, n, t, r, n, t, comm);
@@ -217,6 +245,8 @@ int jm_Allgather(const void *s, void *r, int64_t n, size_t elsize,
 
 int jm_Alltoall(const void *s, void *r, int64_t n, size_t elsize,
                 jm_Datatype t, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Ialltoall(s, (int)n, t, r, (int)n, t, comm, &rq), NULL,
+             0);
   if (fits(n)) return jm_mpi.Alltoall(s, (int)n, t, r, (int)n, t, comm);
   if (use_c(jm_mpi.Alltoall_c))
     return jm_mpi.Alltoall_c(s, n, t, r, n, t, comm);
@@ -225,6 +255,7 @@ int jm_Alltoall(const void *s, void *r, int64_t n, size_t elsize,
 
 int jm_Send(const void *buf, int64_t n, size_t elsize, jm_Datatype t,
             int dest, int tag, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Isend(buf, (int)n, t, dest, tag, comm, &rq), NULL, 0);
   if (fits(n)) return jm_mpi.Send(buf, (int)n, t, dest, tag, comm);
   if (use_c(jm_mpi.Send_c)) return jm_mpi.Send_c(buf, n, t, dest, tag, comm);
   JM_WITH_BIG(n, elsize, t, big, jm_mpi.Send(buf, 1, big, dest, tag, comm));
@@ -232,6 +263,8 @@ int jm_Send(const void *buf, int64_t n, size_t elsize, jm_Datatype t,
 
 int jm_Recv(void *buf, int64_t n, size_t elsize, jm_Datatype t, int source,
             int tag, jm_Comm comm, jm_Status *status) {
+  JM_WATCHED(n, jm_mpi.Irecv(buf, (int)n, t, source, tag, comm, &rq), status,
+             1);
   if (fits(n)) return jm_mpi.Recv(buf, (int)n, t, source, tag, comm, status);
   if (use_c(jm_mpi.Recv_c))
     return jm_mpi.Recv_c(buf, n, t, source, tag, comm, status);
@@ -243,6 +276,22 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
                 int dest, int sendtag, void *r, int64_t rn, size_t relsize,
                 jm_Datatype rt, int source, int recvtag, jm_Comm comm,
                 jm_Status *status) {
+  if (jm_watchdog_on() && fits(sn) && fits(rn)) {
+    /* Post the receive first, then the send; complete both. A receive that
+     * times out is cancelled; the send is left pending. */
+    jm_Request rr, sr;
+    int rc = jm_mpi.Irecv(r, (int)rn, rt, source, recvtag, comm, &rr);
+    if (rc) return rc;
+    rc = jm_mpi.Isend(s, (int)sn, st, dest, sendtag, comm, &sr);
+    if (rc) {
+      jm_mpi.Cancel(&rr);
+      jm_wait(&rr, NULL, 1);
+      return rc;
+    }
+    rc = jm_wait(&rr, status, 1);
+    if (rc) return rc;
+    return jm_wait(&sr, NULL, 0);
+  }
   if (fits(sn) && fits(rn))
     return jm_mpi.Sendrecv(s, (int)sn, st, dest, sendtag, r, (int)rn, rt,
                            source, recvtag, comm, status);

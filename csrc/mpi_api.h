@@ -21,6 +21,9 @@ typedef int64_t jm_Count;
 typedef intptr_t jm_Aint;
 typedef void jm_User_function(void *invec, void *inoutvec, int *len,
                               jm_Datatype *datatype);
+typedef int jm_Comm_copy_attr_function(jm_Comm, int, void *, void *, void *,
+                                       int *);
+typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
 
 /* A handle travels from Python as an unsigned 64-bit integer (mpi4py's
  * MPI._handleof, sign-extended for int handles). */
@@ -112,7 +115,44 @@ typedef void jm_User_function(void *invec, void *inoutvec, int *len,
   X(int, Waitall, 1, (int, jm_Request *, jm_Status *))                         \
   X(int, Wait, 1, (jm_Request *, jm_Status *))                                 \
   X(int, Cancel, 1, (jm_Request *))                                            \
-  X(int, Request_free, 1, (jm_Request *))
+  X(int, Request_free, 1, (jm_Request *))                                     \
+  JM_MPI_RELIABILITY_FUNCTIONS(X)
+
+/* Nonblocking calls, probes and communicator attributes: the deadlock
+ * watchdog (JAXMPI_TIMEOUT) and cross-rank checks (JAXMPI_CHECK), MPI-3. */
+#define JM_MPI_RELIABILITY_FUNCTIONS(X)                                        \
+  X(int, Comm_create_keyval, 1,                                                \
+    (jm_Comm_copy_attr_function *, jm_Comm_delete_attr_function *, int *,      \
+     void *))                                                                  \
+  X(int, Comm_set_attr, 1, (jm_Comm, int, void *))                             \
+  X(int, Comm_get_attr, 1, (jm_Comm, int, void *, int *))                      \
+  X(int, Comm_idup, 1, (jm_Comm, jm_Comm *, jm_Request *))                     \
+  X(int, Comm_free, 1, (jm_Comm *))                                            \
+  X(int, Test, 1, (jm_Request *, int *, jm_Status *))                          \
+  X(int, Testall, 1, (int, jm_Request *, int *, jm_Status *))                  \
+  X(int, Probe, 1, (int, int, jm_Comm, jm_Status *))                           \
+  X(int, Iprobe, 1, (int, int, jm_Comm, int *, jm_Status *))                   \
+  X(int, Ibarrier, 1, (jm_Comm, jm_Request *))                                 \
+  X(int, Iallreduce, 1,                                                        \
+    (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm, jm_Request *))    \
+  X(int, Ireduce, 1,                                                           \
+    (const void *, void *, int, jm_Datatype, jm_Op, int, jm_Comm,              \
+     jm_Request *))                                                            \
+  X(int, Iscan, 1,                                                             \
+    (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm, jm_Request *))    \
+  X(int, Ibcast, 1, (void *, int, jm_Datatype, int, jm_Comm, jm_Request *))    \
+  X(int, Igather, 1,                                                           \
+    (const void *, int, jm_Datatype, void *, int, jm_Datatype, int, jm_Comm,   \
+     jm_Request *))                                                            \
+  X(int, Iscatter, 1,                                                          \
+    (const void *, int, jm_Datatype, void *, int, jm_Datatype, int, jm_Comm,   \
+     jm_Request *))                                                            \
+  X(int, Iallgather, 1,                                                        \
+    (const void *, int, jm_Datatype, void *, int, jm_Datatype, jm_Comm,        \
+     jm_Request *))                                                            \
+  X(int, Ialltoall, 1,                                                         \
+    (const void *, int, jm_Datatype, void *, int, jm_Datatype, jm_Comm,        \
+     jm_Request *))
 
 #define JM_DECLARE_FN(ret, name, req, params) ret(*name) params;
 typedef struct jm_mpi_api {
@@ -173,6 +213,9 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
                 int dest, int sendtag, void *r, int64_t rn, size_t relsize,
                 jm_Datatype rt, int source, int recvtag, jm_Comm comm,
                 jm_Status *status);
+
+/* Barrier, through the watchdog like every other call. */
+int jm_Barrier(jm_Comm comm);
 
 /* Nonblocking point-to-point; a derived datatype made for a large count is
  * freed at once (MPI keeps it alive until the request completes). */

@@ -4,6 +4,9 @@
 
 #include <string.h>
 
+#include "check.h"
+#include "watchdog.h"
+
 static XLA_FFI_Error *check_received(jm_call *c, const jm_buffer *y,
                                      const jm_Status *st) {
   if (st->MPI_SOURCE == jm_const.proc_null) { /* nothing arrives: zeros */
@@ -36,6 +39,10 @@ XLA_FFI_Error *jm_run_send(jm_call *c) {
 XLA_FFI_Error *jm_run_recv(jm_call *c) {
   jm_buffer *y = &c->ret[0];
   jm_Status st;
+  if (jm_check_on()) {
+    XLA_FFI_Error *err = jm_check_incoming(c, y, c->source, c->tag);
+    if (err) return err;
+  }
   JM_MPI(c, "MPI_Recv", "source", c->source, y->count, y->dtype,
          jm_Recv(y->data, y->count, y->elsize, y->mpi, c->source, c->tag,
                  c->comm, &st));
@@ -101,8 +108,9 @@ XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
     }
   }
   double t0 = jm_log_start();
-  int rc = jm_mpi.Waitall(2 * n, reqs, st);
+  int rc = jm_waitall(2 * n, reqs, st, n);
   if (jm_cfg.debug) jm_log(c, "MPI_Waitall", NULL, 0, 2 * n, -1, t0);
+  if (rc == JM_ERR_TIMEOUT) return jm_mpi_failure(c, "MPI_Waitall", NULL, 0, rc);
   if (rc) {
     /* MPI_ERR_IN_STATUS: name the first request that failed. */
     for (int i = 0; i < 2 * n; i++) {

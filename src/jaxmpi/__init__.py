@@ -16,7 +16,7 @@ from mpi4py import MPI as _MPI  # initialises MPI first
 import jax as _jax
 from jax._src import core as _jcore
 
-from . import _api, _core, _validate
+from . import _api, _core, _faults, _validate
 from ._core import MPIConfigurationError
 
 __version__ = "0.1.0"
@@ -32,6 +32,8 @@ _validate.set_default_comm(_default_comm)
 # Registered after mpi4py's finalizer, so it runs first: queued MPI calls
 # complete before MPI_Finalize and exiting never hangs.
 _atexit.register(_jax.effects_barrier)
+# An uncaught exception on one rank ends the whole job (see _faults.py).
+_faults.install()
 
 _eager_token = None
 
@@ -75,13 +77,42 @@ sendrecv = _with_token(_api.sendrecv)
 has_cuda_support = _api.has_cuda_support
 
 
+def set_check(on: bool = True) -> None:
+    """Turn cross-rank checks on or off (default: ``JAXMPI_CHECK``).
+
+    With checks on, before each collective the ranks of its communicator
+    compare the operation, dtype, shape, reduction op, root and call number
+    (one small MPI_Allgather on a duplicate of the communicator); any
+    difference raises on every rank, naming the ranks and what differs. A
+    receive probes the message first and reports a size mismatch. Turn it on
+    on every rank at the same point of the program (or use the environment
+    variable). Takes effect for calls executed from then on, jitted or not.
+    """
+    if not isinstance(on, (bool, int)):
+        raise TypeError(f"set_check: on must be a bool, got {type(on).__name__}: "
+                        f"{on!r}")
+    _core.get().set_check(bool(on))
+
+
+def set_timeout(seconds) -> None:
+    """Set the deadlock watchdog (default: ``JAXMPI_TIMEOUT``); None or 0
+    turns it off.
+
+    With a timeout, every jaxmpi MPI call that has not completed after
+    ``seconds`` raises on its rank, saying what it waited for. The
+    abandoned call leaves its communicator unusable: end the job.
+    """
+    _core.get().set_timeout(_core.parse_timeout(seconds, "set_timeout: seconds"))
+
+
 def get_default_comm():
     """The communicator used when ``comm=None`` (a clone of COMM_WORLD)."""
     return _default_comm
 
 
 __all__ = [
-    *_api.OPERATIONS, "has_cuda_support", "get_default_comm",
+    *_api.OPERATIONS, "has_cuda_support", "get_default_comm", "set_check",
+    "set_timeout",
     "MPIConfigurationError", "notoken",
 ]
 

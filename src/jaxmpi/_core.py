@@ -82,6 +82,14 @@ def _declare(lib: ctypes.CDLL) -> None:
         c.c_int, c.c_int, c.c_int64, c.c_int, c.c_char_p, c.c_size_t,
     ]
     lib.jaxmpi_half_op.argtypes = [c.c_int, c.c_int, c.POINTER(c.c_uint64)]
+    lib.jaxmpi_check_init.argtypes = [c.c_char_p, c.c_size_t]
+    lib.jaxmpi_set_check.argtypes = [c.c_int]
+    lib.jaxmpi_set_check.restype = None
+    lib.jaxmpi_get_check.restype = c.c_int
+    lib.jaxmpi_check_name_op.argtypes = [c.c_uint64, c.c_char_p]
+    lib.jaxmpi_set_timeout.argtypes = [c.c_double]
+    lib.jaxmpi_set_timeout.restype = None
+    lib.jaxmpi_get_timeout.restype = c.c_double
 
 
 def _clean_version(text: str) -> str:
@@ -155,6 +163,39 @@ class Core:
                 if lib.jaxmpi_half_op(_dtypes.XLA_TYPE[dt], kind, ctypes.byref(out)):
                     raise MPIConfigurationError(f"jaxmpi: no {opname} op for {dt}")
                 self.half_ops[(dt, opname)] = np.uint64(out.value)
+        self._configure_reliability(err)
+
+    def _configure_reliability(self, err) -> None:
+        """Cross-rank checks (JAXMPI_CHECK) and the deadlock watchdog
+        (JAXMPI_TIMEOUT): off unless the environment turns them on."""
+        if self.lib.jaxmpi_check_init(err, len(err)):
+            raise MPIConfigurationError(f"jaxmpi: {err.value.decode()}")
+        names = ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND",
+                 "BOR", "BXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP")
+        for name in names:
+            op = getattr(MPI, name, None)
+            if op is not None and op != MPI.OP_NULL:
+                self.lib.jaxmpi_check_name_op(int(handle(op)), name.encode())
+        for (_, name), h in self.half_ops.items():
+            self.lib.jaxmpi_check_name_op(int(h), name.encode())
+        self.set_check(_env_flag("JAXMPI_CHECK"))
+        self.set_timeout(parse_timeout(os.environ.get("JAXMPI_TIMEOUT", ""),
+                                       "JAXMPI_TIMEOUT"))
+
+    def set_check(self, on: bool) -> None:
+        self.lib.jaxmpi_set_check(int(bool(on)))
+
+    @property
+    def check(self) -> bool:
+        return bool(self.lib.jaxmpi_get_check())
+
+    def set_timeout(self, seconds: float | None) -> None:
+        self.lib.jaxmpi_set_timeout(float(seconds or 0))
+
+    @property
+    def timeout(self) -> float | None:
+        t = self.lib.jaxmpi_get_timeout()
+        return t if t > 0 else None
 
     @property
     def cuda_built(self) -> bool:
@@ -174,6 +215,24 @@ class Core:
             jax.ffi.register_ffi_target(
                 f"jaxmpi_{name}", jax.ffi.pycapsule(handler), platform="cpu"
             )
+
+
+def parse_timeout(value, what: str) -> float | None:
+    """A watchdog timeout: seconds > 0, or None/0/"" for off."""
+    if value is None or (isinstance(value, str) and value.strip() in ("", "0")):
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"{what} must be a number of seconds or None, got bool: "
+                        f"{value!r}")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a number of seconds (or 0/None: off), "
+                         f"got {value!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"{what} must be a finite number of seconds >= 0, got "
+                         f"{value!r}")
+    return seconds or None
 
 
 def check_thread_level() -> None:

@@ -90,11 +90,18 @@ def array(x, fn: str, name: str = "x"):
     if isinstance(x, jax.core.Tracer) or isinstance(x, jax.Array):
         arr = x
     else:
+        dtype = getattr(x, "dtype", None)
+        if isinstance(dtype, np.dtype) and dtype not in _dtypes.XLA_TYPE:
+            raise TypeError(
+                f"{fn}: {name} has dtype {dtype}, which jaxmpi does not "
+                f"support; supported: {_dtypes.supported_names()}"
+            )
         try:
             arr = jnp.asarray(x)
-        except (TypeError, ValueError) as e:
+        except (TypeError, ValueError, OverflowError) as e:
             raise TypeError(
-                f"{fn}: {name} must be an array, got {type(x).__name__}: {x!r}"
+                f"{fn}: {name} must be an array, got {type(x).__name__}: "
+                f"{x!r} ({e})"
             ) from e
     dtype = np.dtype(arr.dtype)
     if dtype not in _dtypes.XLA_TYPE:

@@ -1,0 +1,369 @@
+/* Cross-rank checks: see check.h. */
+#include "check.h"
+
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "watchdog.h"
+
+static _Atomic int check_enabled;
+
+void jm_check_set(int on) { atomic_store(&check_enabled, on ? 1 : 0); }
+int jm_check_on(void) {
+  return atomic_load_explicit(&check_enabled, memory_order_relaxed);
+}
+
+/* ---- reduction op names (filled at import, read-only afterwards) -------- */
+
+#define JM_MAX_NAMED_OPS 64
+static struct {
+  jm_Op op;
+  char name[16];
+} named_ops[JM_MAX_NAMED_OPS];
+static int n_named_ops;
+
+int jm_check_name_op(jm_Op op, const char *name) {
+  if (n_named_ops >= JM_MAX_NAMED_OPS) return -1;
+  named_ops[n_named_ops].op = op;
+  snprintf(named_ops[n_named_ops].name, sizeof named_ops[0].name, "%s", name);
+  n_named_ops++;
+  return 0;
+}
+
+static void op_name(jm_Op op, char *out, size_t len) {
+  for (int i = 0; i < n_named_ops; i++)
+    if (named_ops[i].op == op) {
+      snprintf(out, len, "%s", named_ops[i].name);
+      return;
+    }
+  snprintf(out, len, "user-defined");
+}
+
+/* ---- the shadow communicator, cached on the user's communicator -------- */
+
+typedef struct jm_shadow {
+  jm_Comm dup;
+  int64_t seq; /* checked collectives on this communicator so far */
+} jm_shadow;
+
+static int keyval; /* created once by jm_check_init */
+static int keyval_ready;
+
+static int no_copy(jm_Comm old, int kv, void *extra, void *in, void *out,
+                   int *flag) {
+  (void)old, (void)kv, (void)extra, (void)in, (void)out;
+  *flag = 0; /* a duplicate of the communicator gets its own shadow */
+  return 0;
+}
+
+static int free_shadow(jm_Comm comm, int kv, void *val, void *extra) {
+  (void)comm, (void)kv, (void)extra;
+  jm_shadow *s = val;
+  int rc = jm_mpi.Comm_free(&s->dup);
+  free(s);
+  return rc;
+}
+
+int jm_check_init(char *err, size_t errlen) {
+  if (keyval_ready) return 0;
+  int rc = jm_mpi.Comm_create_keyval(no_copy, free_shadow, &keyval, NULL);
+  if (rc) {
+    snprintf(err, errlen, "MPI_Comm_create_keyval failed (MPI error %d)", rc);
+    return -1;
+  }
+  keyval_ready = 1;
+  return 0;
+}
+
+/* The shadow of c->comm, made on first use: every rank reaches its first
+ * checked collective on a communicator at the same point of its program,
+ * so the (collective) duplication matches across ranks. */
+static int get_shadow(jm_call *c, jm_shadow **out) {
+  void *val = NULL;
+  int flag = 0;
+  int rc = jm_mpi.Comm_get_attr(c->comm, keyval, &val, &flag);
+  if (rc) return rc;
+  if (flag) {
+    *out = val;
+    return 0;
+  }
+  jm_shadow *s = calloc(1, sizeof *s);
+  if (!s) return -1;
+  jm_Request rq;
+  rc = jm_mpi.Comm_idup(c->comm, &s->dup, &rq);
+  if (!rc) rc = jm_wait(&rq, NULL, 0);
+  if (rc) {
+    /* After a timeout MPI may still write s->dup: leave it allocated. */
+    if (rc != JM_ERR_TIMEOUT) free(s);
+    return rc;
+  }
+  rc = jm_mpi.Comm_set_attr(c->comm, keyval, s);
+  if (rc) {
+    jm_mpi.Comm_free(&s->dup);
+    free(s);
+    return rc;
+  }
+  *out = s;
+  return 0;
+}
+
+/* ---- signatures ---------------------------------------------------------- */
+
+#define JM_SIG_DIMS 8
+
+/* What every rank must agree on; plain int64 words and chars, exchanged as
+ * bytes between processes of the same build. */
+typedef struct jm_sig {
+  char op[24];
+  char redop[16];   /* "" when the op has none */
+  int64_t seq;
+  int64_t dtype;    /* XLA type, -1 when the op moves no array */
+  int64_t ndim;
+  int64_t count;
+  int64_t dims[JM_SIG_DIMS];
+  int64_t root;     /* -1 when the op has none */
+} jm_sig;
+
+enum { F_OP, F_SEQ, F_ARRAY, F_REDOP, F_ROOT, F_COUNT };
+
+static const char *const field_names[F_COUNT] = {
+    "the operation", "the call number", "the array", "the reduction op",
+    "the root"};
+
+static int same_field(const jm_sig *a, const jm_sig *b, int f) {
+  switch (f) {
+    case F_OP: return strcmp(a->op, b->op) == 0;
+    case F_SEQ: return a->seq == b->seq;
+    case F_ARRAY:
+      return a->dtype == b->dtype && a->ndim == b->ndim &&
+             a->count == b->count &&
+             memcmp(a->dims, b->dims, sizeof a->dims) == 0;
+    case F_REDOP: return strcmp(a->redop, b->redop) == 0;
+    default: return a->root == b->root;
+  }
+}
+
+static void describe(const jm_sig *s, int f, char *out, size_t len) {
+  switch (f) {
+    case F_OP: snprintf(out, len, "calls jaxmpi.%s", s->op); return;
+    case F_SEQ: snprintf(out, len, "is at call #%lld", (long long)s->seq); return;
+    case F_ARRAY: {
+      if (s->dtype < 0) {
+        snprintf(out, len, "passes no array");
+        return;
+      }
+      const char *dt = (s->dtype < JM_NDTYPES && jm_dtypes[s->dtype].name)
+                           ? jm_dtypes[s->dtype].name
+                           : "?";
+      size_t n = (size_t)snprintf(out, len, "%s[", dt);
+      for (int64_t d = 0; d < s->ndim && n < len; d++) {
+        if (d == JM_SIG_DIMS) {
+          n += (size_t)snprintf(out + n, len - n, ",...(%lld elements)",
+                                (long long)s->count);
+          break;
+        }
+        n += (size_t)snprintf(out + n, len - n, d ? ",%lld" : "%lld",
+                              (long long)s->dims[d]);
+      }
+      if (n < len) snprintf(out + n, len - n, "]");
+      return;
+    }
+    case F_REDOP: snprintf(out, len, "op=MPI.%s", s->redop); return;
+    default: snprintf(out, len, "root=%lld", (long long)s->root); return;
+  }
+}
+
+/* "rank 2 has float32[4,5], ranks 0,1,3 have float32[4,4]": the groups of
+ * ranks that agree, smallest group first. */
+static void report_field(const jm_sig *all, int size, int f, char *out,
+                         size_t len) {
+  int *group = malloc(sizeof(int) * (size_t)size);
+  int *count = calloc((size_t)size, sizeof(int));
+  size_t n = 0;
+  out[0] = '\0';
+  if (!group || !count) {
+    snprintf(out, len, "(out of memory describing the mismatch)");
+    free(group);
+    free(count);
+    return;
+  }
+  int ngroups = 0;
+  for (int r = 0; r < size; r++) {
+    group[r] = r;
+    for (int q = 0; q < r; q++)
+      if (group[q] == q && same_field(&all[q], &all[r], f)) {
+        group[r] = q;
+        break;
+      }
+    if (group[r] == r) ngroups++;
+    count[group[r]]++;
+  }
+  int shown = 0;
+  for (int want = 1; want <= size && n < len; want++) {
+    for (int g = 0; g < size && n < len; g++) {
+      if (group[g] != g || count[g] != want) continue;
+      if (shown == 6) {
+        n += (size_t)snprintf(out + n, len - n, ", and %d more groups",
+                              ngroups - shown);
+        shown++;
+        break;
+      }
+      if (shown > 6) break;
+      n += (size_t)snprintf(out + n, len - n, "%s%s ", shown ? ", " : "",
+                            want > 1 ? "ranks" : "rank");
+      int listed = 0;
+      for (int r = g; r < size && n < len; r++) {
+        if (group[r] != g) continue;
+        if (listed == 8) {
+          n += (size_t)snprintf(out + n, len - n, ",...");
+          break;
+        }
+        n += (size_t)snprintf(out + n, len - n, listed ? ",%d" : "%d", r);
+        listed++;
+      }
+      char what[200];
+      describe(&all[g], f, what, sizeof what);
+      if (want > 1 && strncmp(what, "is ", 3) == 0)
+        n += (size_t)snprintf(out + n, len - n, " are %s", what + 3);
+      else if (want > 1 && strncmp(what, "calls ", 6) == 0)
+        n += (size_t)snprintf(out + n, len - n, " call %s", what + 6);
+      else if (want > 1 && strncmp(what, "passes ", 7) == 0)
+        n += (size_t)snprintf(out + n, len - n, " pass %s", what + 7);
+      else if (strncmp(what, "is ", 3) == 0 || strncmp(what, "calls ", 6) == 0 ||
+               strncmp(what, "passes ", 7) == 0)
+        n += (size_t)snprintf(out + n, len - n, " %s", what);
+      else
+        n += (size_t)snprintf(out + n, len - n, " %s %s",
+                              want > 1 ? "have" : "has", what);
+      shown++;
+    }
+  }
+  free(group);
+  free(count);
+}
+
+/* The array a rank contributes: the result for scatter (the root's input is
+ * the whole table), the input otherwise; none for barrier. */
+static const jm_buffer *payload(const jm_call *c, const jm_op_desc *desc) {
+  if (strcmp(desc->name, "scatter") == 0 && desc->nrets > 0) return &c->ret[0];
+  if (desc->nargs > 0) return &c->arg[0];
+  return NULL;
+}
+
+XLA_FFI_Error *jm_check_collective(jm_call *c, const jm_op_desc *desc) {
+  if (!keyval_ready)
+    return jm_error(c, XLA_FFI_Error_Code_INTERNAL,
+                    "cross-rank checks were not initialised");
+  jm_shadow *sh = NULL;
+  int rc = get_shadow(c, &sh);
+  if (rc == -1 && !sh)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
+  if (rc) return jm_mpi_failure(c, "MPI_Comm_idup (JAXMPI_CHECK)", NULL, 0, rc);
+  jm_sig mine;
+  memset(&mine, 0, sizeof mine);
+  snprintf(mine.op, sizeof mine.op, "%s", desc->name);
+  if (desc->attrs & JM_A(op)) op_name(c->op, mine.redop, sizeof mine.redop);
+  mine.seq = ++sh->seq;
+  mine.dtype = -1;
+  const jm_buffer *b = payload(c, desc);
+  if (b) {
+    mine.dtype = b->dtype;
+    mine.ndim = b->ndim;
+    mine.count = b->count;
+    for (int64_t d = 0; d < b->ndim && d < JM_SIG_DIMS; d++)
+      mine.dims[d] = b->dims[d];
+  }
+  mine.root = (desc->attrs & JM_A(root)) ? c->root : -1;
+
+  /* Everyone's signatures, then ours: one block, which a timed-out
+   * exchange leaves allocated (MPI may still read and write it). */
+  jm_sig *all = malloc(sizeof(jm_sig) * ((size_t)c->size + 1));
+  if (!all)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
+  all[c->size] = mine;
+  jm_Request rq;
+  rc = jm_mpi.Iallgather(&all[c->size], (int)sizeof mine, jm_const.byte, all,
+                         (int)sizeof mine, jm_const.byte, sh->dup, &rq);
+  if (!rc) rc = jm_wait(&rq, NULL, 0);
+  if (rc) {
+    if (rc != JM_ERR_TIMEOUT) free(all);
+    return jm_mpi_failure(c, "MPI_Allgather (JAXMPI_CHECK)", NULL, 0, rc);
+  }
+  char msg[1200];
+  size_t n = 0;
+  msg[0] = '\0';
+  int op_differs = 0;
+  for (int f = 0; f < F_COUNT; f++) {
+    int agree = 1;
+    for (int r = 1; r < c->size && agree; r++)
+      agree = same_field(&all[0], &all[r], f);
+    if (agree) continue;
+    /* Ranks calling different ops differ in root and reduction op too:
+     * report the op, and the array only if it also differs. */
+    if (f == F_OP) op_differs = 1;
+    if (op_differs && (f == F_REDOP || f == F_ROOT)) continue;
+    char part[900];
+    report_field(all, c->size, f, part, sizeof part);
+    n += (size_t)snprintf(msg + n, sizeof msg - n, "%s%s: %s", n ? "; " : "",
+                          field_names[f], part);
+    if (n >= sizeof msg) break;
+  }
+  free(all);
+  if (!msg[0]) return NULL;
+  return jm_error(c, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                  "collective call #%lld on this communicator differs across "
+                  "ranks (JAXMPI_CHECK): %s",
+                  (long long)mine.seq, msg);
+}
+
+/* ---- point-to-point ------------------------------------------------------ */
+
+static void format_array(const jm_buffer *y, char *out, size_t len) {
+  jm_sig s;
+  memset(&s, 0, sizeof s);
+  s.dtype = y->dtype;
+  s.ndim = y->ndim;
+  s.count = y->count;
+  for (int64_t d = 0; d < y->ndim && d < JM_SIG_DIMS; d++) s.dims[d] = y->dims[d];
+  describe(&s, F_ARRAY, out, len);
+}
+
+XLA_FFI_Error *jm_check_incoming(jm_call *c, const jm_buffer *y, int source,
+                                 int tag) {
+  if (source == jm_const.proc_null) return NULL;
+  jm_Status st;
+  memset(&st, 0, sizeof st);
+  int rc = jm_probe(source, tag, c->comm, &st);
+  if (rc) return jm_mpi_failure(c, "MPI_Probe (JAXMPI_CHECK)", "source", source, rc);
+  int64_t got = jm_received_bytes(&st);
+  int64_t want = y->count * (int64_t)y->elsize;
+  if (got < 0 || got == want) return NULL;
+  /* Take the message off the queue so that the sender completes and later
+   * messages still match, then report. */
+  void *tmp = malloc(got ? (size_t)got : 1);
+  if (!tmp)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
+  jm_Status st2;
+  rc = jm_Recv(tmp, got, 1, jm_const.byte, st.MPI_SOURCE, st.MPI_TAG, c->comm,
+               &st2);
+  free(tmp);
+  char expect[160];
+  format_array(y, expect, sizeof expect);
+  const char *name = jm_dtypes[y->dtype].name;
+  char elems[120] = "";
+  if (got % (int64_t)y->elsize == 0)
+    snprintf(elems, sizeof elems, " (%lld %s elements)",
+             (long long)(got / (int64_t)y->elsize), name);
+  else
+    snprintf(elems, sizeof elems, " (not a whole number of %s elements)",
+             name);
+  return jm_error(c, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                  "rank %d expects %s (%lld bytes) but the message from rank "
+                  "%d with tag %d has %lld bytes%s: the sender's shape or "
+                  "dtype differs (JAXMPI_CHECK; the message was %s)",
+                  c->rank, expect, (long long)want, st.MPI_SOURCE, st.MPI_TAG,
+                  (long long)got, elems,
+                  rc ? "not received" : "received and discarded");
+}

@@ -1,0 +1,35 @@
+/* The deadlock watchdog (JAXMPI_TIMEOUT=seconds). While it is on, every
+ * blocking MPI call of the core is made as its nonblocking variant and
+ * polled with MPI_Test against a deadline; past it the call gives up with
+ * JM_ERR_TIMEOUT, which the FFI layer turns into an error saying what the
+ * rank waited for. Off (timeout 0) it costs one atomic load per call. */
+#ifndef JAXMPI_WATCHDOG_H
+#define JAXMPI_WATCHDOG_H
+
+#include "mpi_api.h"
+
+/* Returned instead of an MPI error code when the deadline passed (MPI error
+ * codes are never negative). */
+#define JM_ERR_TIMEOUT (-7001)
+
+/* Seconds; 0 or less turns the watchdog off. */
+void jm_watchdog_set(double seconds);
+double jm_watchdog_timeout(void);
+int jm_watchdog_on(void);
+
+/* Complete a request: MPI_Wait when the watchdog is off, else MPI_Test until
+ * the deadline. A receive request that times out is cancelled (so MPI never
+ * writes into the buffer later); other requests are left pending. `status`
+ * may be NULL. Returns 0, an MPI error code, or JM_ERR_TIMEOUT. */
+int jm_wait(jm_Request *request, jm_Status *status, int cancellable);
+
+/* MPI_Waitall likewise: on a timeout the first `ncancellable` requests
+ * (receives) are cancelled and completed, the others left pending. */
+int jm_waitall(int n, jm_Request *requests, jm_Status *statuses,
+               int ncancellable);
+
+/* MPI_Probe, polled with MPI_Iprobe against the deadline when the watchdog
+ * is on. */
+int jm_probe(int source, int tag, jm_Comm comm, jm_Status *status);
+
+#endif
