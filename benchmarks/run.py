@@ -366,8 +366,11 @@ def plot(stats, args, path, meta):
     for col, op in enumerate(args.ops):
         top, bottom = axes[0][col], axes[1][col]
         for impl, mode in series:
+            # Log axes: a non-positive median (noise swamping a tiny slope)
+            # is left out.
             pts = [(b, stats[(impl, mode, op, b)]["median"]) for b in args.sizes
-                   if (impl, mode, op, b) in stats]
+                   if (impl, mode, op, b) in stats
+                   and stats[(impl, mode, op, b)]["median"] > 0]
             if not pts:
                 continue
             color, marker = style[impl]
@@ -377,7 +380,7 @@ def plot(stats, args, path, meta):
                      ms=3, lw=1.2, label=LABEL[(impl, mode)])
             rs = [(b, ratio(stats[(impl, mode, op, b)]["median"],
                             get(stats, "c", "loop", op, b))) for b in xs]
-            rs = [(b, r) for b, r in rs if r is not None]
+            rs = [(b, r) for b, r in rs if r is not None and r > 0]
             if rs and impl != "c":
                 bottom.plot(*zip(*rs), ls, color=color, marker=marker, ms=3, lw=1.2)
         top.set_title(op + (" (JAX: emulated)" if op == "bcast" else ""))
@@ -393,7 +396,8 @@ def plot(stats, args, path, meta):
             top.set_ylabel("median time per op (us)")
             bottom.set_ylabel("time / plain C")
     axes[0][0].legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"{args.ranks} ranks; {meta.get('mpi', '')}; jax {meta.get('jax', '?')}; "
+    mpi = " ".join(str(meta.get("mpi", "")).split())
+    fig.suptitle(f"{args.ranks} ranks; {mpi}; jax {meta.get('jax', '?')}; "
                  f"{meta.get('cpu', '')}  (solid: in loop, dashed: per call)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
