@@ -1,0 +1,138 @@
+/* Plain C MPI baseline for benchmarks/run.py.
+ *
+ * Usage: bench_c OPS SIZES TARGET_S REPEATS WARMUP OUT.jsonl [THREADS]
+ *   OPS      comma-separated: allreduce,sendrecv,bcast,allgather,alltoall
+ *   SIZES    comma-separated message sizes in bytes (multiples of 4)
+ *   THREADS  "multiple" (default: MPI_THREAD_MULTIPLE, the level mpi4py
+ *            asks for, so that C and the Python-based jobs run the same
+ *            MPI configuration) or "single" (plain MPI_Init)
+ *
+ * Same protocol as the Python worker (benchmarks/worker.py): per op and
+ * size, WARMUP calls, then an iteration count n doubled until a batch of n
+ * calls takes TARGET_S (decided from the slowest rank, so every rank makes
+ * the same calls), then REPEATS samples of n back-to-back calls between
+ * barriers; a sample is the slowest rank's time / n. Rank 0 appends one
+ * JSON line per op and size. Buffers are float32, allocated and written
+ * once before timing (warm). Message size convention: the per-rank input
+ * (allreduce, sendrecv, bcast, allgather) or the per-destination block
+ * (alltoall). */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CHECK(call)                                                        \
+  do {                                                                     \
+    int rc_ = (call);                                                      \
+    if (rc_ != MPI_SUCCESS) {                                              \
+      fprintf(stderr, "bench_c: %s failed with code %d\n", #call, rc_);    \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                        \
+    }                                                                      \
+  } while (0)
+
+static int rank, size;
+
+static void run_op(const char *op, float *x, float *y, int count) {
+  if (!strcmp(op, "allreduce")) {
+    CHECK(MPI_Allreduce(x, y, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
+  } else if (!strcmp(op, "sendrecv")) {
+    CHECK(MPI_Sendrecv(x, count, MPI_FLOAT, (rank + 1) % size, 0, y, count,
+                       MPI_FLOAT, (rank + size - 1) % size, 0, MPI_COMM_WORLD,
+                       MPI_STATUS_IGNORE));
+  } else if (!strcmp(op, "bcast")) {
+    CHECK(MPI_Bcast(rank == 0 ? x : y, count, MPI_FLOAT, 0, MPI_COMM_WORLD));
+  } else if (!strcmp(op, "allgather")) {
+    CHECK(MPI_Allgather(x, count, MPI_FLOAT, y, count, MPI_FLOAT,
+                        MPI_COMM_WORLD));
+  } else if (!strcmp(op, "alltoall")) {
+    CHECK(MPI_Alltoall(x, count, MPI_FLOAT, y, count, MPI_FLOAT,
+                       MPI_COMM_WORLD));
+  } else {
+    if (rank == 0) fprintf(stderr, "bench_c: unknown op %s\n", op);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+}
+
+/* Seconds for n calls on the slowest rank. */
+static double batch(const char *op, float *x, float *y, int count, long n) {
+  CHECK(MPI_Barrier(MPI_COMM_WORLD));
+  double t0 = MPI_Wtime();
+  for (long i = 0; i < n; i++) run_op(op, x, y, count);
+  double dt = MPI_Wtime() - t0, worst;
+  CHECK(MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return worst;
+}
+
+int main(int argc, char **argv) {
+  int single = argc > 7 && !strcmp(argv[7], "single"), provided = 0;
+  if (single)
+    CHECK(MPI_Init(&argc, &argv));
+  else
+    CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
+  CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+  CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
+  if (argc != 7 && argc != 8) {
+    if (rank == 0)
+      fprintf(stderr, "usage: bench_c OPS SIZES TARGET_S REPEATS WARMUP "
+                      "OUT.jsonl [multiple|single]\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  double target = atof(argv[3]);
+  int repeats = atoi(argv[4]), warmup = atoi(argv[5]);
+  FILE *out = NULL;
+  if (rank == 0 && !(out = fopen(argv[6], "a"))) {
+    fprintf(stderr, "bench_c: cannot open %s\n", argv[6]);
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  double *samples = malloc(sizeof(double) * (size_t)repeats);
+  char *ops = strdup(argv[1]), *save_op = NULL;
+  for (char *op = strtok_r(ops, ",", &save_op); op;
+       op = strtok_r(NULL, ",", &save_op)) {
+    char *sizes = strdup(argv[2]), *save_sz = NULL;
+    for (char *s = strtok_r(sizes, ",", &save_sz); s;
+         s = strtok_r(NULL, ",", &save_sz)) {
+      long bytes = atol(s);
+      int count = (int)(bytes / 4);
+      /* Output of allgather/alltoall: size blocks; alltoall input too. */
+      size_t nx = (size_t)count * (strcmp(op, "alltoall") ? 1 : size);
+      size_t ny = (size_t)count * size;
+      float *x = malloc(nx * sizeof(float)), *y = malloc(ny * sizeof(float));
+      if (!x || !y) {
+        fprintf(stderr, "bench_c: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+      for (size_t i = 0; i < nx; i++) x[i] = 1.0f;
+      memset(y, 0, ny * sizeof(float));
+      for (int i = 0; i < warmup; i++) run_op(op, x, y, count);
+      long n = 1;
+      /* The best of two batches decides (one preemption must not stop the
+       * doubling early). */
+      for (;;) {
+        double t1 = batch(op, x, y, count, n), t2 = batch(op, x, y, count, n);
+        if ((t1 < t2 ? t1 : t2) >= target || n >= (1L << 40)) break;
+        n *= 2;
+      }
+      for (int r = 0; r < repeats; r++)
+        samples[r] = batch(op, x, y, count, n) / (double)n;
+      if (rank == 0) {
+        fprintf(out,
+                "{\"impl\": \"c\", \"mode\": \"loop\", \"op\": \"%s\", "
+                "\"bytes\": %ld, \"ranks\": %d, \"iters\": %ld, "
+                "\"thread_level\": \"%s\", \"samples\": [",
+                op, bytes, size, n, single ? "single" : "multiple");
+        for (int r = 0; r < repeats; r++)
+          fprintf(out, "%s%.9e", r ? ", " : "", samples[r]);
+        fprintf(out, "]}\n");
+        fflush(out);
+      }
+      free(x);
+      free(y);
+    }
+    free(sizes);
+  }
+  free(ops);
+  free(samples);
+  if (out) fclose(out);
+  CHECK(MPI_Finalize());
+  return 0;
+}

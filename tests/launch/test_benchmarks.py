@@ -1,0 +1,47 @@
+"""The benchmark harness (benchmarks/run.py) still runs: its quick mode on
+tiny sizes for jaxmpi, mpi4py and plain C (when an mpicc is found), with
+each op's result first checked against NumPy. Timings are not judged here."""
+
+import csv
+import math
+import os
+import shlex
+import subprocess
+import sys
+
+from conftest import ROOT, launcher, san_env
+
+OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall")
+SIZES = (4, 1024)
+
+
+def test_quick_benchmark_runs_and_writes_results(tmp_path):
+    env = dict(os.environ)
+    for k in [k for k in env if k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))]:
+        del env[k]
+    env.update(san_env())
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick",
+           "--ranks", "2", "--impls", "c,mpi4py,jaxmpi", "--require", "mpi4py,jaxmpi",
+           "--sizes", ",".join(map(str, SIZES)), "--repeats", "1", "--target", "0.001",
+           "--warmup", "1", "--check", "--no-plot", "--outdir", str(tmp_path),
+           "--launcher", shlex.join(launcher())]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    with open(tmp_path / "latest.csv") as f:
+        rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    got = {(r["impl"], r["mode"], r["op"], int(r["bytes"])) for r in rows}
+    impls = [("mpi4py", "loop"), ("jaxmpi", "loop"), ("jaxmpi", "call")]
+    if "skipping c" not in out:
+        impls.append(("c", "loop"))
+    want = {(i, m, op, b) for i, m in impls for op in OPS for b in SIZES}
+    assert want <= got, (sorted(want - got), out[-4000:])
+    for r in rows:
+        assert int(r["ranks"]) == 2
+        assert math.isfinite(float(r["median_us"])), r
+    # The tables and the speed-target summary are printed.
+    assert "allreduce at 2 ranks: median time per op in us" in out, out[-4000:]
+    assert "Speed targets of jaxmpi at 2 ranks" in out, out[-4000:]
+    assert (tmp_path / "latest.csv").exists()
+    assert any(p.suffix == ".md" for p in tmp_path.iterdir())
