@@ -16,12 +16,20 @@ static int same_type(const jm_buffer *a, const jm_buffer *b) {
   return a->dtype == b->dtype;
 }
 
+/* The result is aliased to the input (XLA copies x first where x is still
+ * needed), so the reduction runs in place: no copy where x is dead, e.g. a
+ * loop's carry, and none inside MPI either. */
 XLA_FFI_Error *jm_run_allreduce(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c, same_type(x, y) && x->count == y->count,
             "result must match the input's shape and dtype");
+  const void *s = x->data;
+  if (s == y->data && x->count) {
+    JM_EXPECT(c, jm_const.in_place != NULL, "MPI_IN_PLACE is not configured");
+    s = jm_const.in_place;
+  }
   JM_MPI(c, "MPI_Allreduce", NULL, 0, x->count, x->dtype,
-         jm_Allreduce(x->data, y->data, x->count, x->elsize, x->mpi, c->op,
+         jm_Allreduce(s, y->data, x->count, x->elsize, x->mpi, c->op,
                       c->comm));
   return NULL;
 }

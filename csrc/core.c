@@ -37,6 +37,11 @@ int jaxmpi_has_large_count(void) {
          jm_mpi.Recv_c && jm_mpi.Sendrecv_c;
 }
 
+/* MPI_IN_PLACE of the running MPI, as mpi4py gives it (int(MPI.IN_PLACE)). */
+__attribute__((visibility("default"))) void jaxmpi_set_in_place(int64_t addr) {
+  jm_const.in_place = (void *)(intptr_t)addr;
+}
+
 int jaxmpi_configure(const uint64_t *dtype_handles, int ndtypes,
                      uint64_t byte_handle, int any_source, int any_tag,
                      int proc_null, int undefined, int debug,

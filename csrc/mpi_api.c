@@ -145,7 +145,8 @@ static int make_big(int64_t n, size_t elsize, jm_Datatype t, jm_Datatype *out) {
   } while (0)
 
 static const char *at(const void *p, int64_t off, size_t elsize) {
-  return p ? (const char *)p + off * (int64_t)elsize : NULL;
+  if (!p || p == jm_const.in_place) return p; /* MPI_IN_PLACE stays so */
+  return (const char *)p + off * (int64_t)elsize;
 }
 
 /* Reductions beyond the limit: elementwise, so chunk by chunk. */

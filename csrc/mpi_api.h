@@ -165,6 +165,7 @@ typedef struct jm_mpi_consts {
   int any_source, any_tag, proc_null, undefined;
   int thread_serialized;
   jm_Datatype byte;
+  void *in_place; /* MPI_IN_PLACE, from mpi4py (NULL until configured) */
 } jm_mpi_consts;
 
 extern jm_mpi_api jm_mpi;        /* written once by jm_mpi_bind, then read-only */

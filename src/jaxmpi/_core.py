@@ -82,6 +82,8 @@ def _declare(lib: ctypes.CDLL) -> None:
         c.c_int, c.c_int, c.c_int64, c.c_int, c.c_char_p, c.c_size_t,
     ]
     lib.jaxmpi_half_op.argtypes = [c.c_int, c.c_int, c.POINTER(c.c_uint64)]
+    lib.jaxmpi_set_in_place.argtypes = [c.c_int64]
+    lib.jaxmpi_set_in_place.restype = None
     lib.jaxmpi_check_init.argtypes = [c.c_char_p, c.c_size_t]
     lib.jaxmpi_set_check.argtypes = [c.c_int]
     lib.jaxmpi_set_check.restype = None
@@ -155,6 +157,7 @@ class Core:
             int(self.use_large_count), err, len(err),
         ):
             raise MPIConfigurationError(f"jaxmpi: {err.value.decode()}")
+        lib.jaxmpi_set_in_place(int(MPI.IN_PLACE))
         self.count_limit = limit
         self.half_ops = {}
         for dt in _dtypes.HALF:

@@ -57,15 +57,19 @@ def _attributes(params) -> dict:
     return attrs
 
 
-def _define(name: str, shape_rule) -> Primitive:
-    """A primitive for op `name` whose results have the avals shape_rule gives."""
+def _define(name: str, shape_rule, aliases=None) -> Primitive:
+    """A primitive for op `name` whose results have the avals shape_rule gives
+    (`aliases`: {operand: result} sharing a buffer, as XLA's
+    operand_output_aliases)."""
     prim = Primitive(f"jaxmpi_{name}")
     prim.multiple_results = True
     prim.def_impl(partial(dispatch.apply_primitive, prim))
     prim.def_effectful_abstract_eval(
         lambda *avals, **params: (shape_rule(*avals, **params), {mpi_effect})
     )
-    rule = jax.ffi.ffi_lowering(f"jaxmpi_{name}", has_side_effect=True)
+    rule = jax.ffi.ffi_lowering(f"jaxmpi_{name}", has_side_effect=True,
+                                **({"operand_output_aliases": aliases}
+                                   if aliases else {}))
 
     def lowering(ctx, *operands, **params):
         return lower_with_token(ctx, rule, *operands, **_attributes(params))
@@ -162,7 +166,9 @@ def _sum_op(dtype):
 
 
 # ---- allreduce: every rank gets the reduction of all ranks' x -------------
-allreduce_p = _define("allreduce", lambda x, *, comm, op, adjoint: [x])
+# In place: the result shares the input's buffer (MPI_IN_PLACE in the core).
+allreduce_p = _define("allreduce", lambda x, *, comm, op, adjoint: [x],
+                      aliases={0: 0})
 
 
 def _allreduce_jvp(primals, tangents, *, comm, op, adjoint):
