@@ -213,7 +213,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static void *ptrs[2][MAXB];
   static int types[2][MAXB];
   static unsigned char *arena;
-  if (!arena && !(arena = malloc(ARENA))) abort();
+  /* ARENA for sized buffers, plus 16 bytes for each one that did not fit */
+  if (!arena && !(arena = malloc(ARENA + 2 * MAXB * 16))) abort();
   size_t used = 0;
   int64_t counts[2];
   /* mode bit 0: the op's own attributes; bit 1: its buffer counts and
@@ -249,7 +250,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
       }
       size_t bytes = (size_t)n * 16;
-      if (used + bytes > ARENA) { b->rank = 0; bytes = 16; }
+      if (used + bytes > ARENA) { b->rank = 0; bytes = 16; } /* the slack */
       b->data = arena + used; /* distinct and in bounds: a real buffer */
       used += bytes;
       ptrs[side][i] = b;

@@ -28,4 +28,6 @@ clang -std=c11 -g -O1 -Wall -Wextra -Werror \
   -I csrc -I "$INC" tests/fuzz/fuzz_frames.c csrc/*.c -ldl -o "$OUT/fuzz_frames"
 echo "fuzzing the FFI boundary for ${SECS}s"
 cd "$OUT"
-./fuzz_frames -max_total_time="$SECS" -max_len=1024 -print_final_stats=1 corpus 2>&1 | tail -15
+./fuzz_frames -max_total_time="$SECS" -max_len=1024 -print_final_stats=1 corpus > fuzz.log 2>&1 \
+  || { grep -v "^#[0-9]*[[:space:]]*\(NEW\|REDUCE\|pulse\|INITED\)" fuzz.log | tail -80; exit 1; }
+tail -8 fuzz.log
