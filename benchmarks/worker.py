@@ -19,7 +19,9 @@ Modes of the JAX-based implementations:
         nor elided. A sample is (T(2n) - T(n)) / n, the marginal cost of an
         iteration, free of the once-per-execution costs (dispatch, buffer
         allocation and first touch), which the per-call mode shows. The
-        pairs (T(n), T(2n)) are recorded too.
+        pairs (T(n), T(2n)) are recorded too. sendrecv, as in C, sends
+        from one buffer and receives into another: the loop carries two
+        and swaps their roles (two ops per iteration).
   call  one jitted call per op, n calls back to back (each taking the
         previous result, except allgather: the same input), then one
         block_until_ready: dispatch included.
@@ -184,6 +186,18 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
         def loop(x, n, f=f, carry=carry):
             return lax.fori_loop(0, n, lambda i, x: carry(x, f(x)), x)
 
+        if op == "sendrecv":
+            # As C does: send from one buffer and receive into another, never
+            # one buffer for both; the two swap roles, two ops per iteration
+            # (n even: n ops; the first result is returned, for --check).
+            def loop(x, n, f=f):
+                def body(i, xy):
+                    x, y = xy
+                    y = f(x, y)
+                    return f(y, x), y
+
+                return lax.fori_loop(0, (n + 1) // 2, body, (x, x * 0))[1]
+
         jloop = wrap(loop, 2)
         jcall = wrap(f, 1)
         chained = op != "allgather"  # results of allgather are bigger
@@ -230,7 +244,8 @@ def mpi_style_ops(lib, comm):
     dest, source = (RANK + 1) % SIZE, (RANK - 1) % SIZE
     return {
         "allreduce": lambda x: lib.allreduce(x, op=MPI.SUM, comm=comm),
-        "sendrecv": lambda x: lib.sendrecv(x, x, source, dest, comm=comm),
+        "sendrecv": lambda x, y=None: lib.sendrecv(
+            x, x if y is None else y, source, dest, comm=comm),
         "bcast": lambda x: lib.bcast(x, 0, comm=comm),
         "allgather": lambda x: lib.allgather(x, comm=comm),
         "alltoall": lambda x: lib.alltoall(x, comm=comm),
@@ -302,7 +317,7 @@ def bench_jax(args, emit):
 
     ops = {
         "allreduce": lambda x: lax.psum(x, "i"),
-        "sendrecv": lambda x: lax.ppermute(x, "i", perm),
+        "sendrecv": lambda x, y=None: lax.ppermute(x, "i", perm),
         "bcast": bcast,
         "allgather": lambda x: lax.all_gather(x, "i"),
         "alltoall": lambda x: lax.all_to_all(x, "i", 0, 0, tiled=True),

@@ -16,18 +16,24 @@ static int same_type(const jm_buffer *a, const jm_buffer *b) {
   return a->dtype == b->dtype;
 }
 
-/* The result is aliased to the input (XLA copies x first where x is still
- * needed), so the reduction runs in place: no copy where x is dead, e.g. a
- * loop's carry, and none inside MPI either. */
+/* Results of equal size are aliased to the input (XLA copies x first where
+ * x is still needed), so these ops run in place: no copy where x is dead,
+ * e.g. a loop's carry, and none inside MPI either. The send buffer is then
+ * MPI_IN_PLACE; NULL only if the core was never told MPI's constant. */
+static const void *send_buffer(const jm_buffer *x, const jm_buffer *y) {
+  if (x->data != y->data || !x->count) return x->data;
+  return jm_const.in_place;
+}
+
+#define JM_SEND_BUFFER(c, s, x, y)                                             \
+  const void *s = send_buffer(x, y);                                           \
+  JM_EXPECT(c, s != NULL || !(x)->count, "MPI_IN_PLACE is not configured")
+
 XLA_FFI_Error *jm_run_allreduce(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c, same_type(x, y) && x->count == y->count,
             "result must match the input's shape and dtype");
-  const void *s = x->data;
-  if (s == y->data && x->count) {
-    JM_EXPECT(c, jm_const.in_place != NULL, "MPI_IN_PLACE is not configured");
-    s = jm_const.in_place;
-  }
+  JM_SEND_BUFFER(c, s, x, y);
   JM_MPI(c, "MPI_Allreduce", NULL, 0, x->count, x->dtype,
          jm_Allreduce(s, y->data, x->count, x->elsize, x->mpi, c->op,
                       c->comm));
@@ -39,8 +45,14 @@ XLA_FFI_Error *jm_run_reduce(jm_call *c) {
   int root = c->rank == c->root;
   JM_EXPECT(c, same_type(x, y) && y->count == x->count,
             "result must match the input's shape and dtype");
+  /* Off the root MPI delivers nothing: y is x (aliased) or a copy of it. */
+  const void *s = x->data;
+  if (root) {
+    JM_SEND_BUFFER(c, in, x, y);
+    s = in;
+  }
   JM_MPI(c, "MPI_Reduce", "root", c->root, x->count, x->dtype,
-         jm_Reduce(x->data, root ? y->data : NULL, x->count, x->elsize, x->mpi,
+         jm_Reduce(s, root ? y->data : NULL, x->count, x->elsize, x->mpi,
                    c->op, c->root, c->comm));
   if (!root) pass_through(x, y);
   return NULL;
@@ -50,8 +62,9 @@ XLA_FFI_Error *jm_run_scan(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c, same_type(x, y) && x->count == y->count,
             "result must match the input's shape and dtype");
+  JM_SEND_BUFFER(c, s, x, y);
   JM_MPI(c, "MPI_Scan", NULL, 0, x->count, x->dtype,
-         jm_Scan(x->data, y->data, x->count, x->elsize, x->mpi, c->op,
+         jm_Scan(s, y->data, x->count, x->elsize, x->mpi, c->op,
                  c->comm));
   return NULL;
 }
@@ -112,8 +125,9 @@ XLA_FFI_Error *jm_run_alltoall(jm_call *c) {
             "input and result must have equal sizes divisible by the "
             "communicator size");
   int64_t block = x->count / c->size;
+  JM_SEND_BUFFER(c, s, x, y);
   JM_MPI(c, "MPI_Alltoall", NULL, 0, block, x->dtype,
-         jm_Alltoall(x->data, y->data, block, x->elsize, x->mpi, c->comm));
+         jm_Alltoall(s, y->data, block, x->elsize, x->mpi, c->comm));
   return NULL;
 }
 

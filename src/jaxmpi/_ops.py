@@ -166,7 +166,8 @@ def _sum_op(dtype):
 
 
 # ---- allreduce: every rank gets the reduction of all ranks' x -------------
-# In place: the result shares the input's buffer (MPI_IN_PLACE in the core).
+# In place: the result shares the input's buffer (MPI_IN_PLACE in the core;
+# reduce, scan, bcast and alltoall too, recv and sendrecv their template's).
 allreduce_p = _define("allreduce", lambda x, *, comm, op, adjoint: [x],
                       aliases={0: 0})
 
@@ -261,7 +262,8 @@ def _sum_only_jvp(prim, fn):
 # on every rank.
 
 # ---- reduce: the root gets the reduction; elsewhere x passes through ------
-reduce_p = _define("reduce", lambda x, *, comm, op, root: [x])
+reduce_p = _define("reduce", lambda x, *, comm, op, root: [x],
+                   aliases={0: 0})
 
 
 def _reduce_transpose(cts, x, *, comm, op, root):
@@ -289,7 +291,7 @@ ad.primitive_transposes[reduce_p] = _reduce_transpose
 _rooted_batcher(reduce_p)
 
 # ---- scan: rank r gets the reduction over ranks 0..r -----------------------
-scan_p = _define("scan", lambda x, *, comm, op: [x])
+scan_p = _define("scan", lambda x, *, comm, op: [x], aliases={0: 0})
 
 
 def _scan_transpose(cts, x, *, comm, op):
@@ -306,7 +308,7 @@ ad.primitive_transposes[scan_p] = _scan_transpose
 _elementwise_batcher(scan_p)
 
 # ---- bcast: every rank gets the root's x (the root: x passed through) -----
-bcast_p = _define("bcast", lambda x, *, comm, root: [x])
+bcast_p = _define("bcast", lambda x, *, comm, root: [x], aliases={0: 0})
 
 
 def _bcast_transpose(cts, x, *, comm, root):
@@ -399,7 +401,7 @@ _linear(allgather_p, _allgather_transpose)
 batching.primitive_batchers[allgather_p] = _allgather_batcher
 
 # ---- alltoall: block j of rank i's x goes to block i of rank j ------------
-alltoall_p = _define("alltoall", lambda x, *, comm: [x])
+alltoall_p = _define("alltoall", lambda x, *, comm: [x], aliases={0: 0})
 
 
 def _alltoall_batcher(args, dims, *, comm):
@@ -440,7 +442,8 @@ _linear(send_p, _send_transpose)
 _p2p_batcher(send_p)
 
 # ---- recv: the result's shape and dtype come from the template x ----------
-recv_p = _define("recv", lambda x, *, comm, source, tag, status: [x])
+recv_p = _define("recv", lambda x, *, comm, source, tag, status: [x],
+                 aliases={0: 0})
 
 
 def _recv_transpose(cts, x, *, comm, source, tag, status):
@@ -460,6 +463,7 @@ sendrecv_p = _define(
     lambda x, template, *, comm, source, dest, sendtag, recvtag, status: [
         template
     ],
+    aliases={1: 0},
 )
 
 
