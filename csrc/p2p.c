@@ -72,6 +72,21 @@ static void abandon(jm_Request *recvs, int nrecv, jm_Request *sends,
   for (int i = 0; i < nsend; i++) jm_mpi.Request_free(&sends[i]);
 }
 
+/* Request k of an exchange of n pairs: the receive of pair k (k < n), else
+ * the send of pair k - n. */
+typedef struct {
+  jm_buffer *buf;
+  int peer, recv;
+  const char *fn, *peer_kind;
+} jm_leg;
+
+static jm_leg leg(jm_call *c, int k) {
+  const int n = c->nargs, recv = k < n, i = recv ? k : k - n;
+  return (jm_leg){recv ? &c->ret[i] : &c->arg[i],
+                  recv ? c->sources[i] : c->dests[i], recv,
+                  recv ? "MPI_Irecv" : "MPI_Isend", recv ? "source" : "dest"};
+}
+
 /* Pair i sends arg[i] to dests[i] and receives ret[i] from sources[i], both
  * with tag + i: every receive is posted, then every send, then one wait. */
 XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
@@ -82,29 +97,19 @@ XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
   jm_Request reqs[2 * JM_MAX_BUFFERS];
   jm_Status st[2 * JM_MAX_BUFFERS];
   memset(st, 0, sizeof st); /* MPI_ERROR stays 0 where MPI sets nothing */
-  jm_Request *recvs = reqs, *sends = reqs + n;
-  for (int i = 0; i < n; i++) {
-    jm_buffer *y = &c->ret[i];
+  for (int k = 0; k < 2 * n; k++) {
+    jm_leg l = leg(c, k);
+    const int tag = c->tag + (l.recv ? k : k - n);
     double t0 = jm_log_start();
-    int rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->sources[i],
-                      c->tag + i, c->comm, &recvs[i]);
+    int rc = l.recv ? jm_Irecv(l.buf->data, l.buf->count, l.buf->elsize,
+                               l.buf->mpi, l.peer, tag, c->comm, &reqs[k])
+                    : jm_Isend(l.buf->data, l.buf->count, l.buf->elsize,
+                               l.buf->mpi, l.peer, tag, c->comm, &reqs[k]);
     if (jm_cfg.debug)
-      jm_log(c, "MPI_Irecv", "source", c->sources[i], y->count, y->dtype, t0);
+      jm_log(c, l.fn, l.peer_kind, l.peer, l.buf->count, l.buf->dtype, t0);
     if (rc) {
-      abandon(recvs, i, sends, 0);
-      return jm_mpi_failure(c, "MPI_Irecv", "source", c->sources[i], rc);
-    }
-  }
-  for (int i = 0; i < n; i++) {
-    jm_buffer *x = &c->arg[i];
-    double t0 = jm_log_start();
-    int rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],
-                      c->tag + i, c->comm, &sends[i]);
-    if (jm_cfg.debug)
-      jm_log(c, "MPI_Isend", "dest", c->dests[i], x->count, x->dtype, t0);
-    if (rc) {
-      abandon(recvs, n, sends, i);
-      return jm_mpi_failure(c, "MPI_Isend", "dest", c->dests[i], rc);
+      abandon(reqs, l.recv ? k : n, reqs + n, l.recv ? 0 : k - n);
+      return jm_mpi_failure(c, l.fn, l.peer_kind, l.peer, rc);
     }
   }
   double t0 = jm_log_start();
@@ -113,14 +118,12 @@ XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
   if (rc == JM_ERR_TIMEOUT) return jm_mpi_failure(c, "MPI_Waitall", NULL, 0, rc);
   if (rc) {
     /* MPI_ERR_IN_STATUS: name the first request that failed. */
-    for (int i = 0; i < 2 * n; i++) {
-      int err = st[i].MPI_ERROR;
-      if (err == 0) continue;
-      int recv = i < n, k = recv ? i : i - n;
-      return jm_mpi_failure(c, recv ? "MPI_Waitall (receive)"
-                                    : "MPI_Waitall (send)",
-                            recv ? "source" : "dest",
-                            recv ? c->sources[k] : c->dests[k], err);
+    for (int k = 0; k < 2 * n; k++) {
+      if (st[k].MPI_ERROR == 0) continue;
+      jm_leg l = leg(c, k);
+      return jm_mpi_failure(c, l.recv ? "MPI_Waitall (receive)"
+                                      : "MPI_Waitall (send)",
+                            l.peer_kind, l.peer, st[k].MPI_ERROR);
     }
     return jm_mpi_failure(c, "MPI_Waitall", NULL, 0, rc);
   }
