@@ -59,7 +59,15 @@ static void run_op(const char *op, float *x, float *y, int count) {
 static double batch(const char *op, float *x, float *y, int count, long n) {
   CHECK(MPI_Barrier(MPI_COMM_WORLD));
   double t0 = MPI_Wtime();
-  for (long i = 0; i < n; i++) run_op(op, x, y, count);
+  /* sendrecv: the two buffers swap roles every call (send what was just
+   * received), as in the jitted loops of worker.py. */
+  const int swap = !strcmp(op, "sendrecv");
+  for (long i = 0; i < n; i++) {
+    if (swap && (i & 1))
+      run_op(op, y, x, count);
+    else
+      run_op(op, x, y, count);
+  }
   double dt = MPI_Wtime() - t0, worst;
   CHECK(MPI_Allreduce(&dt, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   return worst;

@@ -19,9 +19,10 @@ Modes of the JAX-based implementations:
         nor elided. A sample is (T(2n) - T(n)) / n, the marginal cost of an
         iteration, free of the once-per-execution costs (dispatch, buffer
         allocation and first touch), which the per-call mode shows. The
-        pairs (T(n), T(2n)) are recorded too. sendrecv, as in C, sends
-        from one buffer and receives into another: the loop carries two
-        and swaps their roles (two ops per iteration).
+        pairs (T(n), T(2n)) are recorded too. sendrecv sends from one
+        buffer and receives into another: the loop carries two and swaps
+        their roles (two ops per iteration, the time halved), as C and
+        mpi4py swap theirs every call.
   call  one jitted call per op, n calls back to back (each taking the
         previous result, except allgather: the same input), then one
         block_until_ready: dispatch included.
@@ -45,6 +46,7 @@ import os
 import socket
 import sys
 import time
+from functools import partial
 
 import numpy as np
 from mpi4py import MPI
@@ -105,7 +107,7 @@ def bench_mpi4py(args, emit):
             y.fill(0)  # touch every page before timing
             fn = {
                 "allreduce": lambda: comm.Allreduce(x, y, op=MPI.SUM),
-                "sendrecv": lambda: comm.Sendrecv(x, dest, 0, y, source, 0),
+                "sendrecv": partial(swapping_sendrecv, comm, [x, y], dest, source),
                 "bcast": lambda: comm.Bcast(x if RANK == 0 else y, root=0),
                 "allgather": lambda: comm.Allgather(x, y),
                 "alltoall": lambda: comm.Alltoall(x, y),
@@ -125,6 +127,13 @@ def bench_mpi4py(args, emit):
             iters, samples, pairs = measure(run_batch, args, slope=False)
             emit("loop", op, nbytes, iters, samples, pairs)
     comm.Free()
+
+
+def swapping_sendrecv(comm, bufs, dest, source):
+    """Send bufs[0], receive into bufs[1], then swap them: the buffers of
+    sendrecv change roles every call, as in C and the jitted loops."""
+    comm.Sendrecv(bufs[0], dest, 0, bufs[1], source, 0)
+    bufs.reverse()
 
 
 def check_input(op, count):
@@ -188,15 +197,15 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
 
         if op == "sendrecv":
             # As C does: send from one buffer and receive into another, never
-            # one buffer for both; the two swap roles, two ops per iteration
-            # (n even: n ops; the first result is returned, for --check).
+            # one buffer for both; the two swap roles, so an iteration is
+            # two ops (the first one's result is returned, for --check).
             def loop(x, n, f=f):
                 def body(i, xy):
                     x, y = xy
                     y = f(x, y)
                     return f(y, x), y
 
-                return lax.fori_loop(0, (n + 1) // 2, body, (x, x * 0))[1]
+                return lax.fori_loop(0, n, body, (x, x * 0))[1]
 
         jloop = wrap(loop, 2)
         jcall = wrap(f, 1)
@@ -224,6 +233,8 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
                     run_batch(max(args.warmup, 1))
                     run_batch(max(args.warmup, 1))
                     iters, samples, pairs = measure(run_batch, args, slope=True)
+                    if op == "sendrecv":  # two ops per iteration
+                        iters, samples = 2 * iters, [t / 2 for t in samples]
                 else:
                     def run_batch(n, x0=x0):
                         x = y = x0
