@@ -59,9 +59,10 @@ static void run_op(const char *op, float *x, float *y, int count) {
 static double batch(const char *op, float *x, float *y, int count, long n) {
   CHECK(MPI_Barrier(MPI_COMM_WORLD));
   double t0 = MPI_Wtime();
-  /* sendrecv: the two buffers swap roles every call (send what was just
-   * received), as in the jitted loops of worker.py. */
-  const int swap = !strcmp(op, "sendrecv");
+  /* Each call's input is the last one's result, as in the jitted loops of
+   * worker.py: the buffers swap roles every call (allgather's result is
+   * larger: the same input every call). */
+  const int swap = strcmp(op, "allgather") != 0;
   for (long i = 0; i < n; i++) {
     if (swap && (i & 1))
       run_op(op, y, x, count);

@@ -46,7 +46,6 @@ import os
 import socket
 import sys
 import time
-from functools import partial
 
 import numpy as np
 from mpi4py import MPI
@@ -105,13 +104,21 @@ def bench_mpi4py(args, emit):
             x = np.ones(xs, np.float32)
             y = np.empty(ys, np.float32)
             y.fill(0)  # touch every page before timing
-            fn = {
-                "allreduce": lambda: comm.Allreduce(x, y, op=MPI.SUM),
-                "sendrecv": partial(swapping_sendrecv, comm, [x, y], dest, source),
-                "bcast": lambda: comm.Bcast(x if RANK == 0 else y, root=0),
-                "allgather": lambda: comm.Allgather(x, y),
-                "alltoall": lambda: comm.Alltoall(x, y),
+            call = {
+                "allreduce": lambda a, b: comm.Allreduce(a, b, op=MPI.SUM),
+                "sendrecv": lambda a, b: comm.Sendrecv(a, dest, 0, b, source, 0),
+                "bcast": lambda a, b: comm.Bcast(a if RANK == 0 else b, root=0),
+                "allgather": lambda a, b: comm.Allgather(a, b),
+                "alltoall": lambda a, b: comm.Alltoall(a, b),
             }[op]
+
+            def fn(call=call, bufs=[x, y], swap=op != "allgather"):
+                # Each call's input is the last one's result, as in the
+                # jitted loops: the buffers swap roles (allgather's result
+                # is larger: the same input every call).
+                call(*bufs)
+                if swap:
+                    bufs.reverse()
 
             def run_batch(n, fn=fn):
                 for _ in range(n):
@@ -127,13 +134,6 @@ def bench_mpi4py(args, emit):
             iters, samples, pairs = measure(run_batch, args, slope=False)
             emit("loop", op, nbytes, iters, samples, pairs)
     comm.Free()
-
-
-def swapping_sendrecv(comm, bufs, dest, source):
-    """Send bufs[0], receive into bufs[1], then swap them: the buffers of
-    sendrecv change roles every call, as in C and the jitted loops."""
-    comm.Sendrecv(bufs[0], dest, 0, bufs[1], source, 0)
-    bufs.reverse()
 
 
 def check_input(op, count):
