@@ -43,7 +43,7 @@ extensions = [
         define_macros=[(f"JAXMPI_ABI_{family.upper()}", "1")],
         extra_compile_args=cflags,
         extra_link_args=ldflags,
-        libraries=["dl"],
+        libraries=["dl", "pthread"],
         depends=glob.glob("csrc/*.h") + glob.glob("csrc/abi/*.h"),
     )
     for family in ("mpich", "openmpi", "mpiabi")

@@ -5,11 +5,9 @@
  * so derivatives of any order make the same calls on every rank. */
 #include "ffi.h"
 
-#include <string.h>
-
-static void pass_through(const jm_buffer *x, jm_buffer *y) {
-  if (x->count && x->data != y->data)
-    memcpy(y->data, x->data, (size_t)x->count * x->elsize);
+static XLA_FFI_Error *pass_through(jm_call *c, const jm_buffer *x,
+                                   jm_buffer *y) {
+  return jm_copy(c, y->data, x->data, (size_t)x->count * x->elsize);
 }
 
 static int same_type(const jm_buffer *a, const jm_buffer *b) {
@@ -54,8 +52,7 @@ XLA_FFI_Error *jm_run_reduce(jm_call *c) {
   JM_MPI(c, "MPI_Reduce", "root", c->root, x->count, x->dtype,
          jm_Reduce(s, root ? y->data : NULL, x->count, x->elsize, x->mpi,
                    c->op, c->root, c->comm));
-  if (!root) pass_through(x, y);
-  return NULL;
+  return root ? NULL : pass_through(c, x, y);
 }
 
 XLA_FFI_Error *jm_run_scan(jm_call *c) {
@@ -74,7 +71,9 @@ XLA_FFI_Error *jm_run_bcast(jm_call *c) {
   int root = c->rank == c->root;
   JM_EXPECT(c, same_type(x, y) && y->count == x->count,
             "result must match the input's shape and dtype");
-  if (root) pass_through(x, y); /* the root sends from its result */
+  /* The root sends from its result. */
+  XLA_FFI_Error *err = root ? pass_through(c, x, y) : NULL;
+  if (err) return err;
   JM_MPI(c, "MPI_Bcast", "root", c->root, x->count, x->dtype,
          jm_Bcast(y->data, x->count, x->elsize, x->mpi, c->root, c->comm));
   return NULL;
@@ -91,8 +90,7 @@ XLA_FFI_Error *jm_run_gather(jm_call *c) {
   JM_MPI(c, "MPI_Gather", "root", c->root, x->count, x->dtype,
          jm_Gather(x->data, root ? y->data : NULL, x->count, x->elsize, x->mpi,
                    c->root, c->comm));
-  if (!root) pass_through(x, y);
-  return NULL;
+  return root ? NULL : pass_through(c, x, y);
 }
 
 XLA_FFI_Error *jm_run_scatter(jm_call *c) {

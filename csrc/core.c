@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cuda_staging.h"
 #include "ffi.h"
 #include "halfops.h"
 #include "watchdog.h"
@@ -12,7 +13,21 @@
 const char *jaxmpi_abi(void) { return JM_ABI_NAME; }
 int jaxmpi_sizeof_comm(void) { return (int)sizeof(jm_Comm); }
 int jaxmpi_sizeof_status(void) { return (int)sizeof(jm_Status); }
-int jaxmpi_cuda_built(void) { return 0; }
+int jaxmpi_cuda_built(void) { return 1; }
+
+int jaxmpi_cuda_driver(char *msg, size_t len) { return jm_cuda_driver(msg, len); }
+void jaxmpi_cuda_configure(int aware, int64_t cache_bytes) {
+  jm_cuda_configure(aware, cache_bytes > 0 ? (size_t)cache_bytes : 0);
+}
+int jaxmpi_cuda_aware_mode(void) { return jm_cuda_aware(); }
+void jaxmpi_cuda_stats(int64_t *held_bytes, int64_t *allocs, int64_t *frees) {
+  size_t held;
+  long a, f;
+  jm_cuda_stats(&held, &a, &f);
+  *held_bytes = (int64_t)held;
+  *allocs = a;
+  *frees = f;
+}
 
 int jaxmpi_bind(const char *libpath, char *err, size_t errlen) {
   return jm_mpi_bind(libpath, err, errlen);

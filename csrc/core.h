@@ -12,7 +12,19 @@
 JM_EXPORT const char *jaxmpi_abi(void);
 JM_EXPORT int jaxmpi_sizeof_comm(void);
 JM_EXPORT int jaxmpi_sizeof_status(void);
+/* 1: the core has the GPU path (CUDA handlers jaxmpi_ffi_<op>_cuda). */
 JM_EXPORT int jaxmpi_cuda_built(void);
+/* Loads the CUDA driver if not yet tried: the number of visible GPUs, with a
+ * description in msg, or -1 with the reason in msg. */
+JM_EXPORT int jaxmpi_cuda_driver(char *msg, size_t len);
+/* aware: hand device pointers to MPI (CUDA-aware MPI) instead of staging
+ * through pinned host memory; cache_bytes: pinned memory kept between calls
+ * (<= 0: the default, 512 MiB). */
+JM_EXPORT void jaxmpi_cuda_configure(int aware, int64_t cache_bytes);
+JM_EXPORT int jaxmpi_cuda_aware_mode(void);
+/* Pinned staging memory held now, buffers allocated and freed so far. */
+JM_EXPORT void jaxmpi_cuda_stats(int64_t *held_bytes, int64_t *allocs,
+                                 int64_t *frees);
 
 /* Bind to the MPI library already loaded by mpi4py (libpath may be NULL). */
 JM_EXPORT int jaxmpi_bind(const char *libpath, char *err, size_t errlen);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "cuda_staging.h"
 #include "watchdog.h"
 
 jm_config jm_cfg;
@@ -152,11 +153,20 @@ void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
 
 /* ---- decoding ----------------------------------------------------------- */
 
+/* The header of a call frame's extension: XLA_FFI_Extension_Base up to
+ * jaxlib 0.10, renamed XLA_FFI_InternalExtension (same layout) in 0.11. */
+typedef struct jm_extension {
+  size_t struct_size;
+  int type; /* an enum */
+  struct jm_extension *next;
+} jm_extension;
+
 /* XLA asks every handler for its metadata once, at registration. We claim
  * API version 0.1, which every supported jaxlib accepts, and no traits (a
  * handler that calls MPI must never be captured into a command buffer). */
 static int answer_metadata_query(XLA_FFI_CallFrame *frame) {
-  for (XLA_FFI_Extension_Base *e = frame->extension_start; e; e = e->next) {
+  for (jm_extension *e = (jm_extension *)(void *)frame->extension_start; e;
+       e = e->next) {
     if (e->type != XLA_FFI_Extension_Metadata) continue;
     XLA_FFI_Metadata *m = ((XLA_FFI_Metadata_Extension *)e)->metadata;
     m->api_version.major_version = 0;
@@ -292,7 +302,8 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
   return NULL;
 }
 
-XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
+static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
+                               const jm_op_desc *desc, int cuda) {
   if (answer_metadata_query(frame)) return NULL;
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   jm_call c;
@@ -320,24 +331,54 @@ XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
         (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))) &&
       (err = jm_check_collective(&c, desc)))
     return err;
-  return desc->run(&c);
+  return cuda ? jm_cuda_run(&c, desc) : desc->run(&c);
+}
+
+XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
+  return dispatch(frame, desc, 0);
+}
+
+XLA_FFI_Error *jm_dispatch_cuda(XLA_FFI_CallFrame *frame,
+                                const jm_op_desc *desc) {
+  return dispatch(frame, desc, 1);
+}
+
+XLA_FFI_Error *jm_copy(jm_call *c, void *dst, const void *src, size_t bytes) {
+  if (!bytes || dst == src) return NULL;
+  if (c->on_device) return jm_cuda_copy(c, dst, src, bytes);
+  memcpy(dst, src, bytes);
+  return NULL;
+}
+
+XLA_FFI_Error *jm_zero(jm_call *c, void *dst, size_t bytes) {
+  if (!bytes) return NULL;
+  if (c->on_device) return jm_cuda_zero(c, dst, bytes);
+  memset(dst, 0, bytes);
+  return NULL;
 }
 
 /* ---- exported handlers -------------------------------------------------- */
 
-#define JM_DEFINE_HANDLER(name, nargs, nrets, attrs)                           \
-  static const jm_op_desc jm_desc_##name = {#name, nargs, nrets, attrs,        \
-                                            jm_run_##name};                    \
+/* Two per op: jaxmpi_ffi_<op> for XLA:CPU, jaxmpi_ffi_<op>_cuda for XLA:GPU
+ * (the same decoding and op body; cuda_staging.c moves the data). */
+#define JM_DEFINE_HANDLER(name, nargs, nrets, templates, attrs)                \
+  static const jm_op_desc jm_desc_##name = {#name, nargs, nrets, templates,    \
+                                            attrs, jm_run_##name};             \
   __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
       XLA_FFI_CallFrame *frame) {                                              \
     return jm_dispatch(frame, &jm_desc_##name);                                \
+  }                                                                            \
+  __attribute__((visibility("default"))) XLA_FFI_Error                         \
+      *jaxmpi_ffi_##name##_cuda(XLA_FFI_CallFrame *frame) {                    \
+    return jm_dispatch_cuda(frame, &jm_desc_##name);                           \
   }
 JM_OPS(JM_DEFINE_HANDLER)
 #undef JM_DEFINE_HANDLER
 
 /* Joins a token the user passed to jaxmpi's order: a custom call taking the
  * user's token and the effect token, so that XLA:CPU's execution graph has an
- * edge from both (a bare stablehlo.after_all gives none). Does nothing. */
+ * edge from both (a bare stablehlo.after_all gives none). Does nothing and
+ * touches no buffer, so it serves XLA:GPU too. */
 __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_join_token(
     XLA_FFI_CallFrame *frame) {
   answer_metadata_query(frame);

@@ -45,6 +45,8 @@ typedef struct jm_call {
   int rank, size;
   unsigned attrs;  /* the op's attributes (JM_A bits) */
   int64_t callno;  /* jaxmpi calls this process has executed, this one included */
+  int on_device;   /* data pointers are GPU memory (CUDA-aware MPI mode) */
+  void *stream;    /* XLA's CUDA stream of this call (GPU handlers only) */
 } jm_call;
 
 typedef struct jm_config {
@@ -57,12 +59,22 @@ typedef XLA_FFI_Error *jm_op_fn(jm_call *c);
 typedef struct jm_op_desc {
   const char *name;
   int nargs, nrets;
+  unsigned templates; /* bit i: argument i is a template, never read */
   unsigned attrs;
   jm_op_fn *run;
 } jm_op_desc;
 
-/* Decode the frame, run the op, and report. Every handler is this. */
+/* Decode the frame, run the op, and report. Every CPU handler is this. */
 XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc);
+/* The same for a frame of XLA:GPU (buffers in GPU memory): every CUDA
+ * handler is this (cuda_staging.c moves the data). */
+XLA_FFI_Error *jm_dispatch_cuda(XLA_FFI_CallFrame *frame,
+                                const jm_op_desc *desc);
+
+/* What op bodies use instead of memcpy/memset on a call's buffers, which
+ * are GPU memory when c->on_device. */
+XLA_FFI_Error *jm_copy(jm_call *c, void *dst, const void *src, size_t bytes);
+XLA_FFI_Error *jm_zero(jm_call *c, void *dst, size_t bytes);
 
 XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
@@ -91,7 +103,8 @@ void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
                                  __VA_ARGS__);                                 \
   } while (0)
 
-#define JM_DECLARE_OP(name, nargs, nrets, attrs) jm_op_fn jm_run_##name;
+#define JM_DECLARE_OP(name, nargs, nrets, templates, attrs)                    \
+  jm_op_fn jm_run_##name;
 JM_OPS(JM_DECLARE_OP)
 #undef JM_DECLARE_OP
 

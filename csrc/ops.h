@@ -1,9 +1,11 @@
 /* The table of jaxmpi operations: one row per op, one FFI handler each.
  * recv and sendrecv take the result's template as their last argument (its
  * data is never read): it carries the tangent and batch structure in JAX.
- * X(name, arguments, results, attributes). Arguments and results count data
- * buffers only (JM_VARIADIC: any number up to JM_MAX_BUFFERS); the ordering
- * token XLA adds is skipped by the decoder. */
+ * X(name, arguments, results, templates, attributes). Arguments and results
+ * count data buffers only (JM_VARIADIC: any number up to JM_MAX_BUFFERS); the
+ * ordering token XLA adds is skipped by the decoder. `templates` has bit i set
+ * where argument i is only a template whose data no rank reads (the GPU path
+ * copies nothing of it to the host). */
 #ifndef JAXMPI_OPS_H
 #define JAXMPI_OPS_H
 
@@ -28,20 +30,21 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
 #define JM_VARIADIC (-1)
 
 #define JM_OPS(X)                                                              \
-  X(allreduce, 1, 1, JM_A(comm) | JM_A(op))                                          \
-  X(reduce, 1, 1, JM_A(comm) | JM_A(op) | JM_A(root))                                   \
-  X(scan, 1, 1, JM_A(comm) | JM_A(op))                                               \
-  X(bcast, 1, 1, JM_A(comm) | JM_A(root))                                            \
-  X(gather, 1, 1, JM_A(comm) | JM_A(root))                                           \
-  X(scatter, 1, 1, JM_A(comm) | JM_A(root))                                          \
-  X(allgather, 1, 1, JM_A(comm))                                                  \
-  X(alltoall, 1, 1, JM_A(comm))                                                   \
-  X(barrier, 0, 0, JM_A(comm))                                                    \
-  X(send, 1, 0, JM_A(comm) | JM_A(dest) | JM_A(tag))                                    \
-  X(recv, 1, 1, JM_A(comm) | JM_A(source) | JM_A(tag) | JM_A(status))                      \
-  X(sendrecv, 2, 1,                                                            \
-    JM_A(comm) | JM_A(source) | JM_A(dest) | JM_A(sendtag) | JM_A(recvtag) | JM_A(status)) \
-  X(neighbor_exchange, JM_VARIADIC, JM_VARIADIC,                               \
+  X(allreduce, 1, 1, 0, JM_A(comm) | JM_A(op))                                 \
+  X(reduce, 1, 1, 0, JM_A(comm) | JM_A(op) | JM_A(root))                       \
+  X(scan, 1, 1, 0, JM_A(comm) | JM_A(op))                                      \
+  X(bcast, 1, 1, 0, JM_A(comm) | JM_A(root))                                   \
+  X(gather, 1, 1, 0, JM_A(comm) | JM_A(root))                                  \
+  X(scatter, 1, 1, 0, JM_A(comm) | JM_A(root))                                 \
+  X(allgather, 1, 1, 0, JM_A(comm))                                            \
+  X(alltoall, 1, 1, 0, JM_A(comm))                                             \
+  X(barrier, 0, 0, 0, JM_A(comm))                                              \
+  X(send, 1, 0, 0, JM_A(comm) | JM_A(dest) | JM_A(tag))                        \
+  X(recv, 1, 1, 1u << 0, JM_A(comm) | JM_A(source) | JM_A(tag) | JM_A(status)) \
+  X(sendrecv, 2, 1, 1u << 1,                                                   \
+    JM_A(comm) | JM_A(source) | JM_A(dest) | JM_A(sendtag) | JM_A(recvtag) |   \
+        JM_A(status))                                                          \
+  X(neighbor_exchange, JM_VARIADIC, JM_VARIADIC, 0,                            \
     JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
 
 #endif

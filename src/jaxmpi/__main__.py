@@ -20,6 +20,7 @@ def info() -> dict:
               MPI.THREAD_SERIALIZED: "serialized",
               MPI.THREAD_MULTIPLE: "multiple"}
     aware = core.mpi_cuda_aware
+    ngpus, driver = core.cuda_driver()
     return {
         "jaxmpi": jaxmpi.__version__,
         "MPI vendor": f"{vendor} {'.'.join(map(str, version))}",
@@ -31,8 +32,12 @@ def info() -> dict:
         "large counts": ("MPI-4 large-count calls" if core.has_large_count
                          and core.use_large_count else "derived datatypes"),
         "CUDA built": "yes" if core.cuda_built else "no",
+        "CUDA driver": driver if ngpus >= 0 else f"not loaded: {driver}",
         "MPI CUDA-aware": {None: "unknown (MPI cannot say)", True: "yes",
                            False: "no"}[aware],
+        "GPU data path": ("device pointers to MPI (JAXMPI_CUDA_AWARE=1)"
+                          if core.cuda_aware_mode else
+                          "staged through pinned host memory"),
         "JAX": f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
                f"backend {jax.default_backend()}",
         "mpi4py": mpi4py.__version__,

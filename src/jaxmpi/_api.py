@@ -281,7 +281,9 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
 
 
 def has_cuda_support() -> bool:
-    """True if jaxmpi's C core was built with CUDA support."""
+    """True if jaxmpi's C core has the CUDA path (GPU arrays work when a CUDA
+    driver and JAX's CUDA plugin are present; see docs/gpu.md). Like
+    mpi4jax's, this says nothing of whether a GPU is visible."""
     return _core.get().cuda_built
 
 

@@ -72,6 +72,13 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.jaxmpi_sizeof_comm.restype = c.c_int
     lib.jaxmpi_sizeof_status.restype = c.c_int
     lib.jaxmpi_cuda_built.restype = c.c_int
+    lib.jaxmpi_cuda_driver.argtypes = [c.c_char_p, c.c_size_t]
+    lib.jaxmpi_cuda_driver.restype = c.c_int
+    lib.jaxmpi_cuda_configure.argtypes = [c.c_int, c.c_int64]
+    lib.jaxmpi_cuda_configure.restype = None
+    lib.jaxmpi_cuda_aware_mode.restype = c.c_int
+    lib.jaxmpi_cuda_stats.argtypes = [c.POINTER(c.c_int64)] * 3
+    lib.jaxmpi_cuda_stats.restype = None
     lib.jaxmpi_bind.argtypes = [c.c_char_p, c.c_char_p, c.c_size_t]
     lib.jaxmpi_library_version.argtypes = [c.c_char_p, c.c_size_t]
     lib.jaxmpi_has_large_count.restype = c.c_int
@@ -167,6 +174,30 @@ class Core:
                     raise MPIConfigurationError(f"jaxmpi: no {opname} op for {dt}")
                 self.half_ops[(dt, opname)] = np.uint64(out.value)
         self._configure_reliability(err)
+        self._configure_cuda()
+
+    def _configure_cuda(self) -> None:
+        """The GPU data path: staging through pinned host memory (default), or
+        device pointers straight to a CUDA-aware MPI (JAXMPI_CUDA_AWARE=1, or
+        mpi4jax's MPI4JAX_USE_CUDA_MPI=1)."""
+        aware = _env_flag("JAXMPI_CUDA_AWARE") or _env_flag("MPI4JAX_USE_CUDA_MPI")
+        raw = os.environ.get("JAXMPI_CUDA_STAGING_MB", "").strip()
+        try:
+            megabytes = float(raw) if raw else 0.0
+        except ValueError:
+            megabytes = -1.0
+        if not megabytes >= 0 or megabytes == float("inf"):
+            raise MPIConfigurationError(
+                "JAXMPI_CUDA_STAGING_MB must be a number of MiB >= 0 (0: the "
+                f"default, 512), got {raw!r}")
+        self.lib.jaxmpi_cuda_configure(int(aware), int(megabytes * 2**20))
+        if aware and self.mpi_cuda_aware is False:
+            warnings.warn(
+                "JAXMPI_CUDA_AWARE=1 (or MPI4JAX_USE_CUDA_MPI=1) hands GPU "
+                "pointers to MPI, but this MPI reports that it is not "
+                "CUDA-aware (MPIX_Query_cuda_support() == 0): GPU arrays will "
+                "crash it. Unset the variable to stage through host memory.",
+                RuntimeWarning, stacklevel=3)
 
     def _configure_reliability(self, err) -> None:
         """Cross-rank checks (JAXMPI_CHECK) and the deadlock watchdog
@@ -205,19 +236,42 @@ class Core:
         return bool(self.lib.jaxmpi_cuda_built())
 
     @property
+    def cuda_aware_mode(self) -> bool:
+        """Whether GPU arrays go to MPI as device pointers (else staged)."""
+        return bool(self.lib.jaxmpi_cuda_aware_mode())
+
+    def cuda_driver(self) -> tuple[int, str]:
+        """(visible GPUs, description), or (-1, why the driver did not load).
+        Loads libcuda.so.1 on first use."""
+        msg = ctypes.create_string_buffer(1024)
+        n = self.lib.jaxmpi_cuda_driver(msg, len(msg))
+        return n, msg.value.decode(errors="replace")
+
+    def cuda_staging_stats(self) -> dict:
+        """Pinned staging memory held now, and buffers allocated/freed."""
+        vals = [ctypes.c_int64() for _ in range(3)]
+        self.lib.jaxmpi_cuda_stats(*[ctypes.byref(v) for v in vals])
+        return dict(zip(("held_bytes", "allocs", "frees"), (v.value for v in vals)))
+
+    @property
     def mpi_cuda_aware(self) -> bool | None:
         """What the MPI says of CUDA-awareness (None: it cannot say)."""
         r = self.lib.jaxmpi_mpi_cuda_aware()
         return None if r < 0 else bool(r)
 
     def register_ffi_targets(self, names) -> None:
+        """Each op's CPU handler jaxmpi_ffi_<op> and CUDA handler
+        jaxmpi_ffi_<op>_cuda (join_token has one handler for both). CUDA
+        registrations wait in JAX until a CUDA plugin loads, if ever."""
         import jax
 
         for name in names:
-            handler = getattr(self.lib, f"jaxmpi_ffi_{name}")
-            jax.ffi.register_ffi_target(
-                f"jaxmpi_{name}", jax.ffi.pycapsule(handler), platform="cpu"
-            )
+            cpu = f"jaxmpi_ffi_{name}"
+            cuda = cpu if name == "join_token" else f"{cpu}_cuda"
+            for platform, symbol in (("cpu", cpu), ("CUDA", cuda)):
+                jax.ffi.register_ffi_target(
+                    f"jaxmpi_{name}", jax.ffi.pycapsule(getattr(self.lib, symbol)),
+                    platform=platform)
 
 
 def parse_timeout(value, what: str) -> float | None:

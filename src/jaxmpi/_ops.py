@@ -39,6 +39,11 @@ _HANDLE_ATTRS = ("comm", "op", "status")
 _INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
 _ARRAY_ATTRS = ("sources", "dests")
 
+# XLA:CPU and XLA:GPU (CUDA) lower every op to the same custom call name; the
+# C core registers a handler for each platform (csrc/cuda_staging.c moves GPU
+# data).
+LOWERING_PLATFORMS = ("cpu", "cuda")
+
 
 def _as_int64(value: int) -> np.int64:
     value &= 0xFFFFFFFFFFFFFFFF
@@ -74,7 +79,8 @@ def _define(name: str, shape_rule, aliases=None) -> Primitive:
     def lowering(ctx, *operands, **params):
         return lower_with_token(ctx, rule, *operands, **_attributes(params))
 
-    mlir.register_lowering(prim, lowering, platform="cpu")
+    for platform in LOWERING_PLATFORMS:
+        mlir.register_lowering(prim, lowering, platform=platform)
     PRIMITIVES[name] = prim
     return prim
 
@@ -507,7 +513,8 @@ join_token_p = Primitive("jaxmpi_join_token")
 join_token_p.multiple_results = True
 join_token_p.def_impl(partial(dispatch.apply_primitive, join_token_p))
 join_token_p.def_effectful_abstract_eval(lambda token: ([], {mpi_effect}))
-mlir.register_lowering(join_token_p, join_token_lowering, platform="cpu")
+for _platform in LOWERING_PLATFORMS:
+    mlir.register_lowering(join_token_p, join_token_lowering, platform=_platform)
 
 # ---- neighbor_exchange: many sendrecvs in one call --------------------------
 # Pair i sends x_i to dests[i] and receives y_i (shape and dtype recv_avals[i])

@@ -3,11 +3,17 @@
  * attributes of any name, kind and type) handed to jm_dispatch for one of the
  * ops of ops.h. The MPI function table is bound to stubs that do nothing, so
  * the decoders, the handlers' checks and their memory accesses run exactly as
- * in production, without MPI. Build and run: tests/fuzz/run.sh. */
+ * in production, without MPI. Some frames go to the CUDA handlers, with a
+ * stand-in CUDA driver whose "device" memory is host memory and whose calls
+ * fail where the input says: the staging path (buffer sharing, the pinned
+ * buffer cache, every error unwind) runs under ASan too. Build and run:
+ * tests/fuzz/run.sh. */
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_staging.h"
 #include "ffi.h"
 
 /* ---- a minimal XLA_FFI_Api: errors are heap strings ---------------------- */
@@ -31,6 +37,131 @@ static void error_free(XLA_FFI_Error *e) {
   if (!memchr(e->message, 0, 2048)) abort(); /* messages are terminated */
   free(e->message);
   free(e);
+}
+
+/* ---- a stand-in CUDA driver ----------------------------------------------- */
+
+/* fail_at: the number of driver calls after which one fails (0: none). */
+static int fail_at, driver_calls, no_stream;
+static CUresult fake_rc(void) {
+  return ++driver_calls == fail_at ? 700 /* CUDA_ERROR_ILLEGAL_ADDRESS */ : 0;
+}
+
+/* Pinned "host" allocations stay linked from here, so the memory the core
+ * abandons after a failed synchronisation is reachable, not a leak. */
+typedef struct pinned {
+  struct pinned *prev, *next;
+  max_align_t align[];
+} pinned;
+static pinned live = {&live, &live};
+
+static CUresult f_init(unsigned f) { (void)f; return 0; }
+static CUresult f_version(int *v) { *v = 13000; return 0; }
+static CUresult f_count(int *n) { *n = 1; return 0; }
+static CUresult f_errstr(CUresult e, const char **s) {
+  *s = e == 700 ? "an illegal memory access was encountered" : NULL;
+  return e == 700 ? 0 : 1;
+}
+static CUresult f_errname(CUresult e, const char **s) {
+  *s = "CUDA_ERROR_ILLEGAL_ADDRESS";
+  return e == 700 ? 0 : 1;
+}
+static CUcontext the_ctx = (CUcontext)16, other_ctx = (CUcontext)32;
+static CUresult f_ctx_current(CUcontext *c) {
+  *c = driver_calls & 1 ? other_ctx : the_ctx;
+  return fake_rc();
+}
+static CUresult f_ctx_push(CUcontext c) { (void)c; return fake_rc(); }
+static CUresult f_ctx_pop(CUcontext *c) { *c = the_ctx; return fake_rc(); }
+static CUresult f_stream_ctx(CUstream s, CUcontext *c) {
+  (void)s;
+  *c = the_ctx;
+  return fake_rc();
+}
+static CUresult f_sync(CUstream s) { (void)s; return fake_rc(); }
+static CUresult f_host_alloc(void **p, size_t n, unsigned f) {
+  (void)f;
+  CUresult rc = fake_rc();
+  if (rc) return rc;
+  pinned *b = malloc(sizeof *b + n);
+  if (!b) abort();
+  b->prev = &live;
+  b->next = live.next;
+  live.next->prev = b;
+  live.next = b;
+  *p = b->align;
+  return 0;
+}
+static CUresult f_free_host(void *p) {
+  pinned *b = (pinned *)((char *)p - offsetof(pinned, align));
+  b->prev->next = b->next;
+  b->next->prev = b->prev;
+  free(b);
+  return 0;
+}
+static CUresult f_dtoh(void *d, CUdeviceptr s, size_t n, CUstream st) {
+  (void)st;
+  CUresult rc = fake_rc();
+  if (!rc) memcpy(d, (const void *)(uintptr_t)s, n);
+  return rc;
+}
+static CUresult f_htod(CUdeviceptr d, const void *s, size_t n, CUstream st) {
+  (void)st;
+  CUresult rc = fake_rc();
+  if (!rc) memcpy((void *)(uintptr_t)d, s, n);
+  return rc;
+}
+static CUresult f_dtod(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream st) {
+  (void)st;
+  CUresult rc = fake_rc();
+  if (!rc) memmove((void *)(uintptr_t)d, (const void *)(uintptr_t)s, n);
+  return rc;
+}
+static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n,
+                         CUstream st) {
+  (void)st;
+  CUresult rc = fake_rc();
+  if (!rc) memset((void *)(uintptr_t)d, v, n);
+  return rc;
+}
+static CUresult f_event_create(CUevent *e, unsigned f) {
+  (void)f;
+  CUresult rc = fake_rc();
+  if (!rc) {
+    *e = (CUevent)malloc(8); /* ASan reports a double destroy, LSan a leak */
+  }
+  return rc;
+}
+static CUresult f_event_record(CUevent e, CUstream s) {
+  (void)e; (void)s;
+  return fake_rc();
+}
+static CUresult f_event_sync(CUevent e) { (void)e; return fake_rc(); }
+static CUresult f_event_destroy(CUevent e) {
+  free(e);
+  return 0;
+}
+
+static const jm_cu_api fake_cuda = {
+    .Init = f_init, .DriverGetVersion = f_version, .DeviceGetCount = f_count,
+    .GetErrorString = f_errstr, .GetErrorName = f_errname,
+    .CtxGetCurrent = f_ctx_current, .CtxPushCurrent = f_ctx_push,
+    .CtxPopCurrent = f_ctx_pop, .StreamGetCtx = f_stream_ctx,
+    .StreamSynchronize = f_sync, .MemHostAlloc = f_host_alloc,
+    .MemFreeHost = f_free_host, .MemcpyDtoHAsync = f_dtoh,
+    .MemcpyHtoDAsync = f_htod, .MemcpyDtoDAsync = f_dtod,
+    .MemsetD8Async = f_memset, .EventCreate = f_event_create,
+    .EventRecord = f_event_record, .EventSynchronize = f_event_sync,
+    .EventDestroy = f_event_destroy};
+
+static XLA_FFI_Error *stream_get(XLA_FFI_Stream_Get_Args *args) {
+  if (no_stream) {
+    XLA_FFI_Error_Create_Args e = {0};
+    e.message = "XLA FFI GPU context is not available";
+    return error_create(&e);
+  }
+  args->stream = (void *)48;
+  return NULL;
 }
 
 /* ---- MPI stubs: succeed, deliver nothing --------------------------------- */
@@ -143,7 +274,8 @@ static void bind_stubs(void) {
 
 /* ---- the op table, with the real handlers -------------------------------- */
 
-#define JM_FUZZ_DESC(name, nargs, nrets, attrs) {#name, nargs, nrets, attrs, jm_run_##name},
+#define JM_FUZZ_DESC(name, nargs, nrets, templates, attrs)                     \
+  {#name, nargs, nrets, templates, attrs, jm_run_##name},
 static const jm_op_desc ops[] = {JM_OPS(JM_FUZZ_DESC)};
 #undef JM_FUZZ_DESC
 #define NOPS ((int)(sizeof ops / sizeof ops[0]))
@@ -197,6 +329,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static int bound;
   if (!bound) {
     bind_stubs();
+    jm_cuda_use(&fake_cuda);
+    jm_cuda_configure(0, 1 << 14); /* a small cache: eviction runs too */
     bound = 1;
   }
   input in = {data, size};
@@ -206,6 +340,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 
   static XLA_FFI_Api api;
   api.XLA_FFI_Error_Create = error_create;
+  api.XLA_FFI_Stream_Get = stream_get;
 
   /* buffers: arguments, then results */
   static XLA_FFI_Buffer bufs[2][MAXB];
@@ -218,8 +353,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t used = 0;
   int64_t counts[2];
   /* mode bit 0: the op's own attributes; bit 1: its buffer counts and
-   * element types; bit 2: results shaped like the first argument */
+   * element types; bit 2: results shaped like the first argument; bit 3:
+   * the CUDA handler; bit 4: result 0 aliased to argument 0 (in place);
+   * bit 5: CUDA-aware mode; bit 6: no stream from XLA */
   const uint8_t mode = take(&in);
+  const uint8_t fail = take(&in);
   for (int side = 0; side < 2; side++) {
     int want = side ? desc->nrets : desc->nargs;
     if (want == JM_VARIADIC) want = take(&in) % 5;
@@ -329,6 +467,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (spans[i].len == 6 && memcmp(spans[i].ptr, "status", 6) == 0)
       values[i][0] = 0;
 
-  error_free(jm_dispatch(&frame, desc));
+  if ((mode & 16) && counts[0] > 0 && counts[1] > 0) {
+    /* in place: the result's bytes must fit in the argument's */
+    XLA_FFI_Buffer *a = &bufs[0][0], *r = &bufs[1][0];
+    int64_t na = 16, nr = 1;
+    for (int64_t d = 0; d < a->rank; d++) na *= a->dims[d];
+    for (int64_t d = 0; d < r->rank; d++) nr *= r->dims[d];
+    if (nr * 16 <= na) r->data = a->data;
+  }
+
+  if (mode & 8) {
+    driver_calls = 0;
+    fail_at = fail % 4 ? 0 : 1 + (fail >> 2) % 24;
+    no_stream = (mode & 64) && fail % 8 == 1;
+    jm_cuda_configure((mode & 32) != 0, 1 << 14);
+    error_free(jm_dispatch_cuda(&frame, desc));
+  } else {
+    error_free(jm_dispatch(&frame, desc));
+  }
   return 0;
 }
