@@ -21,6 +21,7 @@ import pytest  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 import jaxmpi  # noqa: E402,F401
+from rank_agreement import pytest_runtest_makereport  # noqa: E402,F401
 
 WORLD = MPI.COMM_WORLD
 
@@ -46,19 +47,6 @@ def pytest_collection_modifyitems(config, items):
     if NO_GPU:
         for item in items:
             item.add_marker(pytest.mark.skip(reason=NO_GPU))
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    outcome = yield
-    rep = outcome.get_result()
-    if rep.when != "call":
-        return
-    flags = WORLD.allgather(bool(rep.failed))
-    others = [r for r, f in enumerate(flags) if f and r != WORLD.Get_rank()]
-    if others and not rep.failed:
-        rep.outcome = "failed"
-        rep.longrepr = f"failed on rank(s) {others}"
 
 
 def pytest_report_header(config):
