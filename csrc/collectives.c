@@ -17,21 +17,16 @@ static int same_type(const jm_buffer *a, const jm_buffer *b) {
 /* Results of equal size are aliased to the input (XLA copies x first where
  * x is still needed), so these ops run in place: no copy where x is dead,
  * e.g. a loop's carry, and none inside MPI either. The send buffer is then
- * MPI_IN_PLACE; NULL only if the core was never told MPI's constant. */
+ * MPI_IN_PLACE. */
 static const void *send_buffer(const jm_buffer *x, const jm_buffer *y) {
-  if (x->data != y->data || !x->count) return x->data;
-  return jm_const.in_place;
+  return x->data == y->data && x->count ? jm_const.in_place : x->data;
 }
-
-#define JM_SEND_BUFFER(c, s, x, y)                                             \
-  const void *s = send_buffer(x, y);                                           \
-  JM_EXPECT(c, s != NULL || !(x)->count, "MPI_IN_PLACE is not configured")
 
 XLA_FFI_Error *jm_run_allreduce(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c, same_type(x, y) && x->count == y->count,
             "result must match the input's shape and dtype");
-  JM_SEND_BUFFER(c, s, x, y);
+  const void *s = send_buffer(x, y);
   JM_MPI(c, "MPI_Allreduce", NULL, 0, x->count, x->dtype,
          jm_Allreduce(s, y->data, x->count, x->elsize, x->mpi, c->op,
                       c->comm));
@@ -44,11 +39,7 @@ XLA_FFI_Error *jm_run_reduce(jm_call *c) {
   JM_EXPECT(c, same_type(x, y) && y->count == x->count,
             "result must match the input's shape and dtype");
   /* Off the root MPI delivers nothing: y is x (aliased) or a copy of it. */
-  const void *s = x->data;
-  if (root) {
-    JM_SEND_BUFFER(c, in, x, y);
-    s = in;
-  }
+  const void *s = root ? send_buffer(x, y) : x->data;
   JM_MPI(c, "MPI_Reduce", "root", c->root, x->count, x->dtype,
          jm_Reduce(s, root ? y->data : NULL, x->count, x->elsize, x->mpi,
                    c->op, c->root, c->comm));
@@ -59,7 +50,7 @@ XLA_FFI_Error *jm_run_scan(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c, same_type(x, y) && x->count == y->count,
             "result must match the input's shape and dtype");
-  JM_SEND_BUFFER(c, s, x, y);
+  const void *s = send_buffer(x, y);
   JM_MPI(c, "MPI_Scan", NULL, 0, x->count, x->dtype,
          jm_Scan(s, y->data, x->count, x->elsize, x->mpi, c->op,
                  c->comm));
@@ -123,7 +114,7 @@ XLA_FFI_Error *jm_run_alltoall(jm_call *c) {
             "input and result must have equal sizes divisible by the "
             "communicator size");
   int64_t block = x->count / c->size;
-  JM_SEND_BUFFER(c, s, x, y);
+  const void *s = send_buffer(x, y);
   JM_MPI(c, "MPI_Alltoall", NULL, 0, block, x->dtype,
          jm_Alltoall(s, y->data, block, x->elsize, x->mpi, c->comm));
   return NULL;

@@ -52,14 +52,9 @@ int jaxmpi_has_large_count(void) {
          jm_mpi.Recv_c && jm_mpi.Sendrecv_c;
 }
 
-/* MPI_IN_PLACE of the running MPI, as mpi4py gives it (int(MPI.IN_PLACE)). */
-__attribute__((visibility("default"))) void jaxmpi_set_in_place(int64_t addr) {
-  jm_const.in_place = (void *)(intptr_t)addr;
-}
-
 int jaxmpi_configure(const uint64_t *dtype_handles, int ndtypes,
-                     uint64_t byte_handle, int any_source, int any_tag,
-                     int proc_null, int undefined, int debug,
+                     uint64_t byte_handle, uint64_t in_place, int any_source,
+                     int any_tag, int proc_null, int undefined, int debug,
                      int64_t count_limit, int use_large_count, char *err,
                      size_t errlen) {
   if (!jm_mpi.Comm_rank) {
@@ -72,6 +67,7 @@ int jaxmpi_configure(const uint64_t *dtype_handles, int ndtypes,
   jm_const.proc_null = proc_null;
   jm_const.undefined = undefined;
   jm_const.byte = JM_HANDLE(jm_Datatype, byte_handle);
+  jm_const.in_place = (void *)(uintptr_t)in_place;
   jm_count.limit = count_limit;
   jm_count.use_c = use_large_count;
   jm_cfg.debug = debug;

@@ -35,11 +35,12 @@ JM_EXPORT int jaxmpi_mpi_cuda_aware(void);
 /* 1 if the library has the MPI-4 large-count calls. */
 JM_EXPORT int jaxmpi_has_large_count(void);
 
-/* dtype_handles[XLA dtype] is the MPI datatype handle, or 0 for none. */
+/* dtype_handles[XLA dtype] is the MPI datatype handle, or 0 for none;
+ * in_place is MPI_IN_PLACE's address (mpi4py's int(MPI.IN_PLACE)). */
 JM_EXPORT int jaxmpi_configure(const uint64_t *dtype_handles, int ndtypes,
-                               uint64_t byte_handle, int any_source,
-                               int any_tag, int proc_null, int undefined,
-                               int debug, int64_t count_limit,
+                               uint64_t byte_handle, uint64_t in_place,
+                               int any_source, int any_tag, int proc_null,
+                               int undefined, int debug, int64_t count_limit,
                                int use_large_count, char *err, size_t errlen);
 
 /* Our reduction op for float16/bfloat16 (kind: 0 sum, 1 prod, 2 max, 3 min). */

@@ -165,7 +165,7 @@ typedef struct jm_mpi_consts {
   int any_source, any_tag, proc_null, undefined;
   int thread_serialized;
   jm_Datatype byte;
-  void *in_place; /* MPI_IN_PLACE, from mpi4py (NULL until configured) */
+  void *in_place; /* MPI_IN_PLACE, from mpi4py (int(MPI.IN_PLACE)) */
 } jm_mpi_consts;
 
 extern jm_mpi_api jm_mpi;        /* written once by jm_mpi_bind, then read-only */

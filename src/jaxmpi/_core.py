@@ -85,12 +85,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.jaxmpi_library_path.restype = c.c_char_p
     lib.jaxmpi_mpi_cuda_aware.restype = c.c_int
     lib.jaxmpi_configure.argtypes = [
-        c.POINTER(c.c_uint64), c.c_int, c.c_uint64, c.c_int, c.c_int, c.c_int,
-        c.c_int, c.c_int, c.c_int64, c.c_int, c.c_char_p, c.c_size_t,
+        c.POINTER(c.c_uint64), c.c_int, c.c_uint64, c.c_uint64, c.c_int, c.c_int,
+        c.c_int, c.c_int, c.c_int, c.c_int64, c.c_int, c.c_char_p, c.c_size_t,
     ]
     lib.jaxmpi_half_op.argtypes = [c.c_int, c.c_int, c.POINTER(c.c_uint64)]
-    lib.jaxmpi_set_in_place.argtypes = [c.c_int64]
-    lib.jaxmpi_set_in_place.restype = None
     lib.jaxmpi_check_init.argtypes = [c.c_char_p, c.c_size_t]
     lib.jaxmpi_set_check.argtypes = [c.c_int]
     lib.jaxmpi_set_check.restype = None
@@ -159,12 +157,12 @@ class Core:
             if mpitype is not None:
                 table[_dtypes.XLA_TYPE[dt]] = int(handle(getattr(MPI, mpitype)))
         if lib.jaxmpi_configure(
-            table, len(table), int(handle(MPI.BYTE)), MPI.ANY_SOURCE, MPI.ANY_TAG,
+            table, len(table), int(handle(MPI.BYTE)), int(MPI.IN_PLACE),
+            MPI.ANY_SOURCE, MPI.ANY_TAG,
             MPI.PROC_NULL, MPI.UNDEFINED, int(self.debug), limit,
             int(self.use_large_count), err, len(err),
         ):
             raise MPIConfigurationError(f"jaxmpi: {err.value.decode()}")
-        lib.jaxmpi_set_in_place(int(MPI.IN_PLACE))
         self.count_limit = limit
         self.half_ops = {}
         for dt in _dtypes.HALF:
