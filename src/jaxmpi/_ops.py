@@ -65,19 +65,24 @@ def _attributes(params) -> dict:
 def _define(name: str, shape_rule, aliases=None) -> Primitive:
     """A primitive for op `name` whose results have the avals shape_rule gives
     (`aliases`: {operand: result} sharing a buffer, as XLA's
-    operand_output_aliases)."""
+    operand_output_aliases, or a function of the op's parameters giving
+    that, for ops whose shapes differ between ranks)."""
     prim = Primitive(f"jaxmpi_{name}")
     prim.multiple_results = True
     prim.def_impl(partial(dispatch.apply_primitive, prim))
     prim.def_effectful_abstract_eval(
         lambda *avals, **params: (shape_rule(*avals, **params), {mpi_effect})
     )
-    rule = jax.ffi.ffi_lowering(f"jaxmpi_{name}", has_side_effect=True,
-                                **({"operand_output_aliases": aliases}
-                                   if aliases else {}))
+    def rule_for(aliases):
+        return jax.ffi.ffi_lowering(f"jaxmpi_{name}", has_side_effect=True,
+                                    **({"operand_output_aliases": aliases}
+                                       if aliases else {}))
+
+    rule = None if callable(aliases) else rule_for(aliases)
 
     def lowering(ctx, *operands, **params):
-        return lower_with_token(ctx, rule, *operands, **_attributes(params))
+        lower = rule or rule_for(aliases(**params))
+        return lower_with_token(ctx, lower, *operands, **_attributes(params))
 
     for platform in LOWERING_PLATFORMS:
         mlir.register_lowering(prim, lowering, platform=platform)
@@ -173,7 +178,8 @@ def _sum_op(dtype):
 
 # ---- allreduce: every rank gets the reduction of all ranks' x -------------
 # In place: the result shares the input's buffer (MPI_IN_PLACE in the core;
-# reduce, scan, bcast and alltoall too, recv and sendrecv their template's).
+# reduce, scan, bcast and alltoall too, gather off the root, recv and
+# sendrecv their template's).
 allreduce_p = _define("allreduce", lambda x, *, comm, op, adjoint: [x],
                       aliases={0: 0})
 
@@ -334,6 +340,7 @@ gather_p = _define(
     lambda x, *, comm, root: [
         _aval((comm.size, *x.shape), x.dtype) if comm.rank == root else x
     ],
+    aliases=lambda *, comm, root: None if comm.rank == root else {0: 0},
 )
 
 

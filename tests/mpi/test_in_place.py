@@ -173,3 +173,22 @@ def test_no_copy_in_loop_body(name):
         def fn(x):
             return lax.fori_loop(0, 4, lambda i, a: op(a) * 0.5, x)
     assert _loop_body_copies(fn, x) == 0
+
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_gather_off_the_root_in_place(root):
+    """Off the root gather's result is its input: aliased, so a loop carrying
+    it copies nothing; on the root the rank's own row comes back."""
+    x = jnp.asarray(data(RANK, (5,), np.float32))
+
+    def step(i, a):
+        y = mpx.gather(a, root)
+        return (y[RANK] if RANK == root else y) * 0.5 + 1
+
+    fn = lambda a: lax.fori_loop(0, STEPS, step, a)
+    want = np.asarray(x)
+    for _ in range(STEPS):
+        want = want * np.float32(0.5) + 1
+    np.testing.assert_array_equal(np.asarray(jax.jit(fn)(x)), want)
+    if RANK != root:
+        assert _loop_body_copies(fn, x) == 0
