@@ -2,6 +2,7 @@
  * result holds is an error, never silently uninitialised memory. */
 #include "ffi.h"
 
+#include <limits.h>
 #include <string.h>
 
 #include "check.h"
@@ -93,6 +94,9 @@ XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
   JM_EXPECT(c, c->nrets == n && c->nsources == n && c->ndests == n,
             "%d send buffers, %d results, %d sources and %d dests differ",
             n, c->nrets, c->nsources, c->ndests);
+  JM_EXPECT(c, c->tag >= 0 && (int64_t)c->tag + n - 1 <= INT_MAX,
+            "tags %d to %d + %d - 1 are not all valid MPI tags", c->tag,
+            c->tag, n);
   jm_Request reqs[2 * JM_MAX_BUFFERS];
   jm_Status st[2 * JM_MAX_BUFFERS];
   memset(st, 0, sizeof st); /* MPI_ERROR stays 0 where MPI sets nothing */
