@@ -6,6 +6,7 @@ the watchdog and cross-rank checks on."""
 
 import os
 import re
+import subprocess
 import textwrap
 import time
 
@@ -228,12 +229,25 @@ def test_watchdog_can_be_switched_off(mpirun, tmp_path):
 
 FAULT = """
 mpx.allreduce(jnp.ones(2), MPI.SUM).block_until_ready()
+# (a file, not output: a launcher that aborts a job may drop its output)
+open(os.path.join(os.path.dirname(__file__), f"ready.{{rank}}"), "w").close()
 if rank == 1:
     time.sleep(1)
     {action}
 mpx.allreduce(jnp.ones(2), MPI.SUM).block_until_ready()
 print("rank", rank, "finished", flush=True)
 """
+
+
+def open_mpi_4_launcher():
+    """True when the launcher is Open MPI 4's mpirun (see below)."""
+    from conftest import launcher
+    try:
+        out = subprocess.run([*launcher(), "--version"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return re.search(r"Open MPI\)? 4\.", out) is not None
 
 
 @pytest.mark.parametrize("action,env", [
@@ -250,14 +264,46 @@ print("rank", rank, "finished", flush=True)
 ], ids=["raise", "os_exit", "sigkill", "sigsegv", "sys_exit_with_watchdog"])
 def test_a_failing_rank_ends_the_job(mpirun, tmp_path, action, env):
     script = write(tmp_path, FAULT.format(action=action))
-    job, took = timed(mpirun, 3, script, env, timeout=120)
+    try:
+        job, took = timed(mpirun, 3, script, env, timeout=90)
+    except subprocess.TimeoutExpired as e:
+        if not (action.startswith("sys.exit") and open_mpi_4_launcher()):
+            raise
+        # Open MPI 4's mpirun can hang in its own shutdown when MPI_Abort
+        # kills a rank that waits in MPI_Finalize (PMIx_server_finalize; 6
+        # of 40 runs with plain mpi4py and no jaxmpi at all on Debian's
+        # 4.1.4). What jaxmpi owes still holds: both waiting ranks timed out
+        # and called MPI_Abort, and no rank outlived the job.
+        err = e.stderr.decode(errors="replace") if e.stderr else ""
+        for rank in (0, 2):
+            assert (f"jaxmpi: uncaught JaxRuntimeError on rank {rank}: "
+                    "calling MPI_Abort") in err, err[-4000:]
+        assert_job_gone(script)
+        pytest.xfail("Open MPI 4 mpirun hung after MPI_Abort while a rank "
+                     "was in MPI_Finalize (a launcher defect; run the script "
+                     "with python -m mpi4py to avoid it)")
     assert job.returncode != 0, job
+    assert all((tmp_path / f"ready.{r}").exists() for r in range(3)), job
     assert "rank 0 finished" not in job.stdout, job
     assert took < 60, (took, job)
     if action.startswith("raise"):
         assert "RuntimeError: rank 1 fails" in job.stderr, job
         assert "jaxmpi: uncaught RuntimeError on rank 1: calling MPI_Abort" \
             in job.stderr, job
+    assert_job_gone(script)
+
+
+def test_sys_exit_under_mpi4py_run_ends_the_job(mpirun, tmp_path):
+    # python -m mpi4py turns a non-zero sys.exit into MPI_Abort with that
+    # status: no rank waits in MPI_Finalize, and no watchdog is needed.
+    script = write(tmp_path, FAULT.format(action="sys.exit(4)"))
+    t0 = time.monotonic()
+    job = mpirun(3, "-m", "mpi4py", script, timeout=90)
+    took = time.monotonic() - t0
+    assert job.returncode == 4, job
+    assert all((tmp_path / f"ready.{r}").exists() for r in range(3)), job
+    assert "rank 0 finished" not in job.stdout, job
+    assert took < 60, (took, job)
     assert_job_gone(script)
 
 
