@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shadow.h"
 #include "watchdog.h"
 
 static _Atomic int check_enabled;
@@ -42,72 +43,6 @@ static void op_name(jm_Op op, char *out, size_t len) {
 }
 
 /* ---- the shadow communicator, cached on the user's communicator -------- */
-
-typedef struct jm_shadow {
-  jm_Comm dup;
-  int64_t seq; /* checked collectives on this communicator so far */
-} jm_shadow;
-
-static int keyval; /* created once by jm_check_init */
-static int keyval_ready;
-
-static int no_copy(jm_Comm old, int kv, void *extra, void *in, void *out,
-                   int *flag) {
-  (void)old, (void)kv, (void)extra, (void)in, (void)out;
-  *flag = 0; /* a duplicate of the communicator gets its own shadow */
-  return 0;
-}
-
-static int free_shadow(jm_Comm comm, int kv, void *val, void *extra) {
-  (void)comm, (void)kv, (void)extra;
-  jm_shadow *s = val;
-  int rc = jm_mpi.Comm_free(&s->dup);
-  free(s);
-  return rc;
-}
-
-int jm_check_init(char *err, size_t errlen) {
-  if (keyval_ready) return 0;
-  int rc = jm_mpi.Comm_create_keyval(no_copy, free_shadow, &keyval, NULL);
-  if (rc) {
-    snprintf(err, errlen, "MPI_Comm_create_keyval failed (MPI error %d)", rc);
-    return -1;
-  }
-  keyval_ready = 1;
-  return 0;
-}
-
-/* The shadow of c->comm, made on first use: every rank reaches its first
- * checked collective on a communicator at the same point of its program,
- * so the (collective) duplication matches across ranks. */
-static int get_shadow(jm_call *c, jm_shadow **out) {
-  void *val = NULL;
-  int flag = 0;
-  int rc = jm_mpi.Comm_get_attr(c->comm, keyval, &val, &flag);
-  if (rc) return rc;
-  if (flag) {
-    *out = val;
-    return 0;
-  }
-  jm_shadow *s = calloc(1, sizeof *s);
-  if (!s) return -1;
-  jm_Request rq;
-  rc = jm_mpi.Comm_idup(c->comm, &s->dup, &rq);
-  if (!rc) rc = jm_wait(&rq, NULL, 0);
-  if (rc) {
-    /* After a timeout MPI may still write s->dup: leave it allocated. */
-    if (rc != JM_ERR_TIMEOUT) free(s);
-    return rc;
-  }
-  rc = jm_mpi.Comm_set_attr(c->comm, keyval, s);
-  if (rc) {
-    jm_mpi.Comm_free(&s->dup);
-    free(s);
-    return rc;
-  }
-  *out = s;
-  return 0;
-}
 
 /* ---- signatures ---------------------------------------------------------- */
 
@@ -253,14 +188,9 @@ static const jm_buffer *payload(const jm_call *c, const jm_op_desc *desc) {
 }
 
 XLA_FFI_Error *jm_check_collective(jm_call *c, const jm_op_desc *desc) {
-  if (!keyval_ready)
-    return jm_error(c, XLA_FFI_Error_Code_INTERNAL,
-                    "cross-rank checks were not initialised");
-  jm_shadow *sh = NULL;
-  int rc = get_shadow(c, &sh);
-  if (rc == -1 && !sh)
-    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
-  if (rc) return jm_mpi_failure(c, "MPI_Comm_idup (JAXMPI_CHECK)", NULL, 0, rc);
+  jm_shadow *sh;
+  XLA_FFI_Error *err = jm_call_shadow(c, "JAXMPI_CHECK", &sh);
+  if (err) return err;
   jm_sig mine;
   memset(&mine, 0, sizeof mine);
   snprintf(mine.op, sizeof mine.op, "%s", desc->name);
@@ -284,8 +214,9 @@ XLA_FFI_Error *jm_check_collective(jm_call *c, const jm_op_desc *desc) {
     return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
   all[c->size] = mine;
   jm_Request rq;
-  rc = jm_mpi.Iallgather(&all[c->size], (int)sizeof mine, jm_const.byte, all,
-                         (int)sizeof mine, jm_const.byte, sh->dup, &rq);
+  int rc = jm_mpi.Iallgather(&all[c->size], (int)sizeof mine, jm_const.byte,
+                             all, (int)sizeof mine, jm_const.byte, sh->dup,
+                             &rq);
   if (!rc) rc = jm_wait(&rq, NULL, 0);
   if (rc) {
     if (rc != JM_ERR_TIMEOUT) free(all);

@@ -1,9 +1,9 @@
 /* Cross-rank checks (JAXMPI_CHECK=1). Before each collective, the ranks of
  * the communicator exchange a small fixed-size signature of the call (op,
- * dtype, shape, reduction op, root, call number) with one MPI_Allgather on a
- * duplicate of the communicator cached on it as an attribute, so the check
- * never matches user traffic. Any difference is an error on every rank,
- * naming the ranks and what differs. A receive probes the incoming message
+ * dtype, shape, reduction op, root, call number) with one MPI_Allgather on
+ * the communicator's shadow (shadow.h), so the check never matches user
+ * traffic. Any difference is an error on every rank, naming the ranks and
+ * what differs. A receive probes the incoming message
  * first and reports a size mismatch instead of truncating. Off, it costs one
  * atomic load per call. */
 #ifndef JAXMPI_CHECK_H
@@ -11,7 +11,6 @@
 
 #include "ffi.h"
 
-int jm_check_init(char *err, size_t errlen);
 void jm_check_set(int on);
 int jm_check_on(void);
 /* Name a predefined (or jaxmpi's own) reduction op, so that signatures can

@@ -5,6 +5,12 @@
  * so derivatives of any order make the same calls on every rank. */
 #include "ffi.h"
 
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shadow.h"
+
 static XLA_FFI_Error *pass_through(jm_call *c, const jm_buffer *x,
                                    jm_buffer *y) {
   return jm_copy(c, y->data, x->data, (size_t)x->count * x->elsize);
@@ -106,6 +112,86 @@ XLA_FFI_Error *jm_run_allgather(jm_call *c) {
   return NULL;
 }
 
+/* In place, MPI_Alltoall (MPI_IN_PLACE) copies each exchanged block through a
+ * temporary buffer it allocates per call (MPICH and Open MPI alike): at 64
+ * MiB blocks 2.9 x slower than out of place. From JM_PAIRWISE_MIN_BYTES per
+ * block on, jaxmpi exchanges the blocks itself, pair by pair, through one
+ * cached scratch block, on the communicator's shadow (no user message can
+ * match). At step k rank r pairs with (k - r) mod size, whose partner at that
+ * step is r: a step's pairs are disjoint, each swaps one block each way. */
+#define JM_PAIRWISE_MIN_BYTES ((size_t)2 << 20)
+/* The largest scratch block kept between calls. */
+#define JM_SCRATCH_KEEP ((size_t)256 << 20)
+
+typedef struct jm_scratch {
+  size_t bytes;
+  void *data;
+} jm_scratch;
+
+/* One block kept for the next call; a call takes it atomically (a
+ * concurrent call allocates its own) and gives it back. */
+static _Atomic(jm_scratch *) scratch_cache;
+
+static void scratch_free(jm_scratch *s) {
+  if (s) free(s->data);
+  free(s);
+}
+
+static jm_scratch *scratch_take(size_t bytes) {
+  jm_scratch *s = atomic_exchange(&scratch_cache, NULL);
+  if (s && s->bytes >= bytes) return s;
+  scratch_free(s);
+  s = malloc(sizeof *s);
+  if (!s) return NULL;
+  s->bytes = bytes;
+  s->data = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!s->data) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+static void scratch_give(jm_scratch *s) {
+  if (s->bytes > JM_SCRATCH_KEEP) {
+    scratch_free(s);
+    return;
+  }
+  scratch_free(atomic_exchange(&scratch_cache, s));
+}
+
+static XLA_FFI_Error *swap_blocks(jm_call *c, jm_Comm comm, jm_buffer *y,
+                                  int64_t block, void *scratch) {
+  const size_t bytes = (size_t)block * y->elsize;
+  for (int k = 0; k < c->size; k++) {
+    const int peer = ((k - c->rank) % c->size + c->size) % c->size;
+    if (peer == c->rank) continue;
+    char *mine = (char *)y->data + (size_t)peer * bytes;
+    jm_Status st;
+    memcpy(scratch, mine, bytes);
+    JM_MPI(c, "MPI_Sendrecv (alltoall in place)", "peer", peer, block,
+           y->dtype,
+           jm_Sendrecv(scratch, block, y->elsize, y->mpi, peer, 0, mine,
+                       block, y->elsize, y->mpi, peer, 0, comm, &st));
+  }
+  return NULL;
+}
+
+static XLA_FFI_Error *alltoall_pairwise(jm_call *c, jm_buffer *y,
+                                        int64_t block) {
+  jm_shadow *sh;
+  XLA_FFI_Error *err = jm_call_shadow(c, "alltoall in place", &sh);
+  if (err) return err;
+  jm_scratch *s = scratch_take((size_t)block * y->elsize);
+  if (!s)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "out of memory for a %lld-byte alltoall block",
+                    (long long)((size_t)block * y->elsize));
+  err = swap_blocks(c, sh->dup, y, block, s->data);
+  scratch_give(s);
+  return err;
+}
+
 XLA_FFI_Error *jm_run_alltoall(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c,
@@ -115,6 +201,10 @@ XLA_FFI_Error *jm_run_alltoall(jm_call *c) {
             "communicator size");
   int64_t block = x->count / c->size;
   const void *s = send_buffer(x, y);
+  /* (Host memory only: a CUDA-aware MPI gets device pointers.) */
+  if (s == jm_const.in_place && c->size > 1 && !c->on_device &&
+      (size_t)block * x->elsize >= JM_PAIRWISE_MIN_BYTES)
+    return alltoall_pairwise(c, y, block);
   JM_MPI(c, "MPI_Alltoall", NULL, 0, block, x->dtype,
          jm_Alltoall(s, y->data, block, x->elsize, x->mpi, c->comm));
   return NULL;

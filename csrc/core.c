@@ -8,6 +8,7 @@
 #include "cuda_staging.h"
 #include "ffi.h"
 #include "halfops.h"
+#include "shadow.h"
 #include "watchdog.h"
 
 const char *jaxmpi_abi(void) { return JM_ABI_NAME; }
@@ -97,8 +98,8 @@ int jaxmpi_half_op(int dtype, int kind, uint64_t *out) {
   return 0;
 }
 
-int jaxmpi_check_init(char *err, size_t errlen) {
-  return jm_check_init(err, errlen);
+int jaxmpi_shadow_init(char *err, size_t errlen) {
+  return jm_shadow_init(err, errlen);
 }
 void jaxmpi_set_check(int on) { jm_check_set(on); }
 int jaxmpi_get_check(void) { return jm_check_on(); }

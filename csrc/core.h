@@ -46,9 +46,10 @@ JM_EXPORT int jaxmpi_configure(const uint64_t *dtype_handles, int ndtypes,
 /* Our reduction op for float16/bfloat16 (kind: 0 sum, 1 prod, 2 max, 3 min). */
 JM_EXPORT int jaxmpi_half_op(int dtype, int kind, uint64_t *out);
 
+/* Communicator shadows (shadow.h), once at configuration. */
+JM_EXPORT int jaxmpi_shadow_init(char *err, size_t errlen);
 /* Reliability switches (any time): cross-rank checks on/off, and the
  * deadlock watchdog's timeout in seconds (0: off). */
-JM_EXPORT int jaxmpi_check_init(char *err, size_t errlen);
 JM_EXPORT void jaxmpi_set_check(int on);
 JM_EXPORT int jaxmpi_get_check(void);
 JM_EXPORT int jaxmpi_check_name_op(uint64_t op, const char *name);

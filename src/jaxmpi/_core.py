@@ -89,7 +89,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         c.c_int, c.c_int, c.c_int, c.c_int64, c.c_int, c.c_char_p, c.c_size_t,
     ]
     lib.jaxmpi_half_op.argtypes = [c.c_int, c.c_int, c.POINTER(c.c_uint64)]
-    lib.jaxmpi_check_init.argtypes = [c.c_char_p, c.c_size_t]
+    lib.jaxmpi_shadow_init.argtypes = [c.c_char_p, c.c_size_t]
     lib.jaxmpi_set_check.argtypes = [c.c_int]
     lib.jaxmpi_set_check.restype = None
     lib.jaxmpi_get_check.restype = c.c_int
@@ -200,7 +200,7 @@ class Core:
     def _configure_reliability(self, err) -> None:
         """Cross-rank checks (JAXMPI_CHECK) and the deadlock watchdog
         (JAXMPI_TIMEOUT): off unless the environment turns them on."""
-        if self.lib.jaxmpi_check_init(err, len(err)):
+        if self.lib.jaxmpi_shadow_init(err, len(err)):
             raise MPIConfigurationError(f"jaxmpi: {err.value.decode()}")
         names = ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND",
                  "BOR", "BXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP")
