@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+from conftest import launcher
+
 PRELUDE = """
 import os, sys, signal, time
 from mpi4py import MPI
@@ -241,7 +243,6 @@ print("rank", rank, "finished", flush=True)
 
 def open_mpi_4_launcher():
     """True when the launcher is Open MPI 4's mpirun (see below)."""
-    from conftest import launcher
     try:
         out = subprocess.run([*launcher(), "--version"], capture_output=True,
                              text=True, timeout=30).stdout

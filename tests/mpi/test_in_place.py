@@ -13,6 +13,7 @@ from jax import lax
 from mpi4py import MPI
 
 from jaxmpi import notoken as mpx
+from util import DTYPES as ALL_DTYPES, DTYPE_IDS as ALL_DTYPE_IDS
 from util import RANK, SIZE, bfloat16, data
 
 DTYPES = [np.dtype(d) for d in (np.int32, np.uint8, np.float16, bfloat16,
@@ -197,9 +198,6 @@ def test_gather_off_the_root_in_place(root):
 # From 2 MiB per block the core swaps alltoall's blocks pair by pair through
 # a cached scratch block instead of MPI_IN_PLACE (csrc/collectives.c).
 PAIRWISE_BYTES = 2 << 20
-BIG_DTYPES = [np.dtype(d) for d in (np.bool_, np.int8, np.uint16, np.int32,
-                                    bfloat16, np.float32, np.float64,
-                                    np.complex128)]
 
 
 def _tagged_blocks(rank, dtype, extra=0):
@@ -213,7 +211,7 @@ def _tagged_blocks(rank, dtype, extra=0):
     return np.stack(blocks).astype(dtype)
 
 
-@pytest.mark.parametrize("dtype", BIG_DTYPES, ids=[str(d) for d in BIG_DTYPES])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_DTYPE_IDS)
 def test_alltoall_large_blocks(dtype):
     xs = [_tagged_blocks(r, dtype, extra=3) for r in range(SIZE)]
     want = np.stack([xs[j][RANK] for j in range(SIZE)])
