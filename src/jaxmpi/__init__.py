@@ -16,7 +16,7 @@ from mpi4py import MPI as _MPI  # initialises MPI first
 import jax as _jax
 from jax._src import core as _jcore
 
-from . import _api, _core, _faults, _validate
+from . import _api, _core, _effect, _faults, _validate
 from ._core import MPIConfigurationError
 
 __version__ = "0.1.0"
@@ -34,6 +34,8 @@ _validate.set_default_comm(_default_comm)
 _atexit.register(_jax.effects_barrier)
 # An uncaught exception on one rank ends the whole job (see _faults.py).
 _faults.install()
+# A sharded jit of jaxmpi calls gets jaxmpi's error, not JAX's bare one.
+_effect.install_multi_device_error()
 
 _eager_token = None
 

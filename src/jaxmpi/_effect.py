@@ -68,3 +68,91 @@ def join_token_lowering(ctx, user_token):
 
     rule = jax.ffi.ffi_lowering("jaxmpi_join_token", has_side_effect=True)
     return lower_with_token(ctx, rule, user_token)
+
+
+_MULTI_DEVICE_TEXT = "ordered effects are not supported for more than 1 device"
+
+
+def _jaxmpi_calls(jaxpr, found, depth=0):
+    """Names of the jaxmpi primitives in a (closed) jaxpr, sub-jaxprs too."""
+    if depth > 20:
+        return found
+    for eqn in getattr(jaxpr, "eqns", ()):
+        if mpi_effect in eqn.effects and eqn.primitive.name.startswith(
+                "jaxmpi_") and eqn.primitive.name != "jaxmpi_join_token":
+            name = eqn.primitive.name[len("jaxmpi_"):]
+            if name not in found:
+                found.append(name)
+        subs = getattr(_jcore, "jaxprs_in_params", None)
+        for sub in (subs(eqn.params) if subs else ()):
+            _jaxmpi_calls(sub, found, depth + 1)
+    return found
+
+
+def multi_device_error(closed_jaxpr, devices):
+    """jaxmpi's error for a program with jaxmpi calls compiled for several
+    devices (a sharded jit): JAX's own says only that ordered effects are
+    not supported for more than 1 device."""
+    from ._validate import MULTI_DEVICE_HELP
+
+    calls = _jaxmpi_calls(getattr(closed_jaxpr, "jaxpr", closed_jaxpr), [])
+    what = ", ".join(f"jaxmpi.{c}" for c in calls[:4]) or "jaxmpi"
+    if len(calls) > 4:
+        what += f" and {len(calls) - 4} more"
+    where = (f"{len(devices)} devices ({', '.join(map(str, devices))})"
+             if devices else "several devices")
+    return ValueError(
+        f"a computation that calls {what} was compiled for {where} (a "
+        "jax.jit of arrays sharded over several devices, in_shardings or "
+        "out_shardings over several devices, or shard_map). "
+        + MULTI_DEVICE_HELP)
+
+
+def install_multi_device_error():
+    """Reword JAX's error for ordered effects over several devices. It is
+    raised while a computation is lowered, after tracing: no jaxmpi code
+    runs between, so the function that raises it is wrapped. Only that
+    error is touched; anything else (and a JAX without that function)
+    passes through unchanged."""
+    try:
+        from jax._src.interpreters import pxla
+    except ImportError:  # pragma: no cover - other JAX layouts
+        return
+    inner = getattr(pxla, "_cached_lowering_to_hlo", None)
+    if inner is None or getattr(inner, "_jaxmpi_wrapped", False):
+        return
+
+    def find(args, kwargs):
+        """The jaxpr and the devices among the arguments (found by type:
+        JAX passes them positionally, and the cached function has no
+        signature to read)."""
+        import jax
+
+        jaxpr, devices = None, None
+        for a in (*args, *kwargs.values()):
+            if jaxpr is None and isinstance(a, _jcore.ClosedJaxpr):
+                jaxpr = a
+            if devices is None and isinstance(a, (tuple, list)) and a and all(
+                    isinstance(d, jax.Device) for d in a):
+                devices = tuple(a)
+            for sh in getattr(a, "shardings", None) or ():
+                ds = getattr(sh, "device_set", None)
+                if devices is None and ds is not None and len(ds) > 1:
+                    devices = tuple(sorted(ds, key=lambda d: d.id))
+        return jaxpr, devices
+
+    def wrapper(*args, **kwargs):
+        try:
+            return inner(*args, **kwargs)
+        except ValueError as e:
+            if _MULTI_DEVICE_TEXT not in str(e) or "MPIEffect" not in str(e):
+                raise
+            jaxpr, devices = find(args, kwargs)
+            raise multi_device_error(jaxpr, devices) from e
+
+    wrapper._jaxmpi_wrapped = True
+    wrapper.__wrapped__ = inner
+    for attr in ("cache_clear", "cache_info"):
+        if hasattr(inner, attr):
+            setattr(wrapper, attr, getattr(inner, attr))
+    pxla._cached_lowering_to_hlo = wrapper

@@ -85,11 +85,94 @@ def _tag_ub() -> int:
     return _TAG_UB
 
 
+def is_token(x) -> bool:
+    """A JAX token, concrete or traced."""
+    if isinstance(x, jax.core.Tracer):
+        return isinstance(getattr(x, "aval", None), _jcore.AbstractToken)
+    return isinstance(x, _jcore.Token)
+
+
+def _short(x, limit: int = 200) -> str:
+    text = " ".join(repr(x).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _not_an_array(x, fn: str, name: str) -> None:
+    """Raise the clear error for a token, a (result, token) pair or a pytree
+    passed where one array is expected; return if x is none of these."""
+    what = f"{fn}: {name} must be an array, got {type(x).__name__}: {_short(x)}"
+    if is_token(x):
+        raise TypeError(
+            f"{what}. This is a token: in the token API (import jaxmpi) "
+            "send and barrier return only a token, and the other operations "
+            "return (result, token); pass the result, or use jaxmpi.notoken, "
+            "whose operations return bare results"
+        )
+    if isinstance(x, (tuple, list)) and any(
+            is_token(leaf) for leaf in x):
+        raise TypeError(
+            f"{what}. This looks like the (result, token) pair that the "
+            "token API returns (import jaxmpi; jaxmpi.<op> returns "
+            "(result, token)): unpack it, e.g. `y, token = jaxmpi.allreduce(x, "
+            "MPI.SUM)`, or use jaxmpi.notoken (`import jaxmpi.notoken as "
+            "mpi4jax`, as in mpi4jax >= 0.8), whose operations return bare "
+            "results"
+        )
+    if isinstance(x, (tuple, list, dict)) or (
+            x is not None and not isinstance(x, (str, bytes))
+            and not jax.tree_util.treedef_is_leaf(
+                jax.tree_util.tree_structure(x))):
+        raise TypeError(
+            f"{what}. jaxmpi operations take one array; pytrees (lists, "
+            "tuples, dicts, dataclasses) are not supported yet: call the "
+            "operation once per leaf, e.g. jax.tree.map(lambda a: "
+            f"jaxmpi.notoken.{fn}(a, ...), tree), or stack the leaves into "
+            "one array first (jnp.stack)"
+        )
+
+
+def single_device(x, fn: str, name: str) -> None:
+    """A concrete array must live on one device: jaxmpi's calls are
+    sequenced per process by an ordered effect, which XLA cannot split
+    across the devices of a sharded array."""
+    sharding = getattr(x, "sharding", None)
+    devices = getattr(sharding, "device_set", None)
+    if devices is not None and len(devices) > 1:
+        raise ValueError(
+            f"{fn}: {name} is an array sharded over {len(devices)} devices "
+            f"({', '.join(sorted(map(str, devices)))}; sharding {sharding}). "
+            + MULTI_DEVICE_HELP
+        )
+
+
+MULTI_DEVICE_HELP = (
+    "jaxmpi needs one JAX device per MPI process: each MPI rank owns one "
+    "device, and jaxmpi communicates between ranks, not between the devices "
+    "of one process. To get one device per process: on the CPU, leave out "
+    "XLA_FLAGS=--xla_force_host_platform_device_count=N or set it to 1 "
+    "(JAX_PLATFORMS=cpu); on GPUs, start one rank per GPU and give each "
+    "rank its own with CUDA_VISIBLE_DEVICES=<local rank> (e.g. from "
+    "MPI's local-rank variable in a wrapper script), or use "
+    "jax.devices()[i] and keep every array of jaxmpi calls on it. Sharded "
+    "arrays: run one MPI rank per device and give each rank its shard (or "
+    "move the array onto one device first, e.g. "
+    "jax.device_put(x, jax.devices()[0])); under jax.jit, do not give "
+    "in_shardings/out_shardings over several devices to a function that "
+    "calls jaxmpi. See docs/troubleshooting.md."
+)
+
+
 def array(x, fn: str, name: str = "x"):
     """x as a JAX array (or tracer) of a supported element type."""
-    if isinstance(x, jax.core.Tracer) or isinstance(x, jax.Array):
+    if isinstance(x, jax.core.Tracer):
         arr = x
+        if is_token(x):
+            _not_an_array(x, fn, name)
+    elif isinstance(x, jax.Array):
+        arr = x
+        single_device(x, fn, name)
     else:
+        _not_an_array(x, fn, name)
         dtype = getattr(x, "dtype", None)
         if isinstance(dtype, np.dtype) and dtype not in _dtypes.XLA_TYPE:
             raise TypeError(
