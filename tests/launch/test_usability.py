@@ -1,0 +1,219 @@
+"""What a new user meets first: python -m jaxmpi (--help, the diagnostics on
+a machine without a GPU, the --check connectivity test and its failures)
+and jaxmpi's own error for arrays on several devices, which needs processes
+started with their own XLA_FLAGS (tests/mpi runs with one device each)."""
+
+import ctypes
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import ROOT
+
+
+def write(tmp_path, text, name="script.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return str(path)
+
+
+def test_help_without_mpi():
+    """--help prints the usage and the options, without a launcher."""
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys, runpy; sys.argv = ['jaxmpi', "
+         "'--help']; runpy.run_module('jaxmpi', run_name='__main__')\n"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc
+    out = proc.stdout
+    assert out.startswith("usage: python -m jaxmpi"), out
+    for option in ("--check", "--timeout SECONDS", "-h, --help"):
+        assert option in out, out
+    assert "mpirun -n N python -m jaxmpi" in out, out
+
+
+def test_help_under_launcher(mpirun):
+    job = mpirun(1, "-m", "jaxmpi", "--help", timeout=120)
+    assert job.returncode == 0, job
+    assert "usage: python -m jaxmpi" in job.stdout, job
+
+
+def test_bad_option_is_an_error(mpirun):
+    job = mpirun(1, "-m", "jaxmpi", "--timeout", "-1", "--check", timeout=120)
+    assert job.returncode != 0, job
+    assert "--timeout must be positive, got -1.0" in job.stderr, job
+
+
+def _have_cuda_driver():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def test_diagnostics_say_cpu_only(mpirun):
+    job = mpirun(1, "-m", "jaxmpi", timeout=120)
+    assert job.returncode == 0, job
+    line = re.search(r"^ *CUDA driver: (.*)$", job.stdout, re.M)
+    assert line, job
+    assert not line.group(1).startswith("not loaded"), job
+    if not _have_cuda_driver():
+        assert line.group(1) == "none (CPU only)", job
+        assert re.search(r"^ *GPU data path: none \(no GPU\)$", job.stdout,
+                         re.M), job
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_check_passes(mpirun, n):
+    job = mpirun(n, "-m", "jaxmpi", "--check", "--timeout", "60", timeout=300)
+    assert job.returncode == 0, job
+    out = job.stdout
+    assert f"jaxmpi connectivity check: {n} rank(s)" in out, job
+    for r in range(n):
+        assert re.search(rf"^  rank {r}: host \S+, MPI \S+ .*\(.+\), JAX "
+                         r"device \S+$", out, re.M), job
+    pairs = n * (n - 1) // 2
+    assert re.search(rf"pairs: {pairs} of {pairs} exchanged .* allreduce over "
+                     rf"{n} rank\(s\): sum {n * (n + 1) // 2},", out), job
+    assert f"OK: every rank reaches every other rank ({n} rank(s))" in out, job
+    assert "FAILED" not in out + job.stderr, job
+    # Rank 0 reports for all: one report, not one per rank.
+    assert out.count("jaxmpi connectivity check:") == 1, job
+
+
+# A broken pair, simulated by patching the exchange of the check on the
+# ranks concerned; the rest of the check runs unchanged.
+BROKEN = """
+    import sys
+    import jaxmpi.__main__ as m
+
+    mode, a, b = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    real_exchange, real_payload = m.exchange, m.payload
+
+    def exchange(peer, n, comm):
+        rank = comm.Get_rank()
+        if mode == "silent" and rank == a and peer == b:
+            return real_payload(b, a, n)  # a never talks to b: b waits
+        if mode == "corrupt" and rank == a and peer == b:
+            m.payload = lambda s, d, k: real_payload(s, d, k) + (s == a)
+            try:
+                return real_exchange(peer, n, comm)
+            finally:
+                m.payload = real_payload
+        return real_exchange(peer, n, comm)
+
+    m.exchange = exchange
+    sys.exit(m.main(["--check", "--timeout", "4"]))
+"""
+
+
+@pytest.mark.parametrize("n,a,b", [(2, 0, 1), (3, 2, 0)])
+def test_check_names_a_silent_pair(mpirun, tmp_path, n, a, b):
+    """Rank a never exchanges with rank b: b's exchange times out (the
+    watchdog) and the failure names the pair; the job ends, not hangs."""
+    job = mpirun(n, write(tmp_path, BROKEN), "silent", str(a), str(b),
+                 timeout=240)
+    assert job.returncode != 0, job
+    out = job.stdout + job.stderr
+    assert re.search(rf"jaxmpi check FAILED: rank {b} <-> rank {a} \(64 B "
+                     r"each way\): \w+: .*timed out", out), job
+    assert "OK: every rank" not in out, job
+
+
+@pytest.mark.parametrize("n,a,b", [(2, 1, 0), (3, 0, 2)])
+def test_check_names_a_corrupting_pair(mpirun, tmp_path, n, a, b):
+    """Rank a sends wrong data to rank b: the report names the pair and the
+    direction, every rank exits with a non-zero status."""
+    job = mpirun(n, write(tmp_path, BROKEN), "corrupt", str(a), str(b),
+                 timeout=240)
+    assert job.returncode != 0, job
+    out = job.stdout
+    for size in (64, 2097152):
+        assert (f"jaxmpi check FAILED: rank {b} <-> rank {a}: rank {b} "
+                f"received wrong data from rank {a} ({size} B message, "
+                in out), job
+    assert out.count("received wrong data") == 2, job
+    assert "OK: every rank" not in out, job
+
+
+# --- arrays on more than one device ------------------------------------
+
+MULTI_DEVICE = """
+    import sys
+    from mpi4py import MPI
+    import jax, jax.numpy as jnp, numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    from jaxmpi import notoken as mpx
+
+    rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+    assert len(jax.devices()) == 2, jax.devices()
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+    sharded = jax.device_put(jnp.arange(4.0) + rank, NamedSharding(mesh, P("d")))
+
+    def case(name):
+        if name == "eager":
+            return mpx.allreduce(sharded, MPI.SUM)
+        if name == "jit":
+            return jax.jit(lambda a: mpx.bcast(a, 0))(sharded)
+        if name == "jit-out-shardings":
+            return jax.jit(lambda a: mpx.allgather(a) * 2, out_shardings=
+                           NamedSharding(mesh, P()))(jnp.arange(4.0))
+        if name == "shard_map":
+            f = jax.shard_map(lambda a: mpx.allreduce(a, MPI.SUM), mesh=mesh,
+                              in_specs=P("d"), out_specs=P("d"))
+            return jax.jit(f)(sharded)
+
+    # One file per rank: a launcher may interleave the ranks' output.
+    with open(f"{sys.argv[1]}/rank{rank}.txt", "w") as out:
+        for name in sys.argv[2:]:
+            try:
+                case(name)
+                print(f"rank {rank} {name}: NO ERROR", file=out)
+            except Exception as e:
+                text = " ".join(str(e).split())
+                print(f"rank {rank} {name}: {type(e).__name__}: {text}",
+                      file=out)
+        # Nothing reached MPI: a single-device call still works, is right.
+        y = mpx.allreduce(jnp.full(3, rank + 1.0), MPI.SUM)
+        print(f"rank {rank} after: {np.asarray(y).tolist()}", file=out)
+"""
+
+HELP = (r"jaxmpi needs one JAX device per MPI process: each MPI rank owns one "
+        r"device, .*xla_force_host_platform_device_count=N or set it to 1 "
+        r".*CUDA_VISIBLE_DEVICES=<local rank>.* Sharded arrays: run one MPI "
+        r"rank per device and give each rank its shard .*jax.device_put\(x, "
+        r"jax.devices\(\)\[0\]\)")
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_arrays_on_several_devices(mpirun, tmp_path, n):
+    cases = ["eager", "jit", "jit-out-shardings", "shard_map"]
+    job = mpirun(n, write(tmp_path, MULTI_DEVICE), str(tmp_path), *cases,
+                 timeout=300,
+                 env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+                      "JAX_PLATFORMS": "cpu"})
+    assert job.returncode == 0, job
+    expect = {
+        "eager": r"ValueError: allreduce: x is an array sharded over 2 devices "
+                 r"\(cpu:0, cpu:1; sharding NamedSharding",
+        "jit": r"ValueError: a computation that calls jaxmpi.bcast was "
+               r"compiled for 2 devices \(cpu:0, cpu:1\)",
+        "jit-out-shardings": r"ValueError: a computation that calls "
+                             r"jaxmpi.allgather was compiled for 2 devices",
+        "shard_map": r"ValueError: a computation that calls jaxmpi.allreduce "
+                     r"was compiled for 2 devices",
+    }
+    for r in range(n):
+        out = (tmp_path / f"rank{r}.txt").read_text()
+        for name, pattern in expect.items():
+            line = re.search(rf"^rank {r} {name}: (.*)$", out, re.M)
+            assert line, out
+            assert re.search(pattern, line.group(1)), line.group(1)
+            assert re.search(HELP, line.group(1)), line.group(1)
+            assert "ordered effects are not supported" not in line.group(1)
+        total = float(n * (n + 1) // 2)
+        assert f"rank {r} after: {[total] * 3}" in out, out
