@@ -50,16 +50,44 @@ def _token():
     return _eager_token
 
 
+def _token_returns(doc: str, name: str) -> str:
+    """``doc`` (a bare-result docstring from _api) with its Returns section
+    rewritten for the token API."""
+    lines = doc.splitlines()
+    try:
+        start = next(i for i, l in enumerate(lines) if l.strip() == "Returns:")
+    except StopIteration:
+        return doc
+    end = start + 1
+    while end < len(lines) and lines[end].strip():
+        end += 1
+    body = " ".join(l.strip() for l in lines[start + 1:end])
+    if body == "None.":
+        new = ["A token (``send`` and ``barrier`` of the token API return only",
+               "a token), for later calls' ``token=`` argument (optional:",
+               f"calls are ordered without it). ``jaxmpi.notoken.{name}``",
+               "returns None."]
+    else:
+        new = ["``(result, token)``. result: " + body,
+               "token: for later calls' ``token=`` argument (optional: calls",
+               f"are ordered without it). ``jaxmpi.notoken.{name}`` returns",
+               "the result alone."]
+    import textwrap
+
+    wrapped = []
+    for para in new:
+        wrapped += textwrap.wrap(para, 68)
+    return "\n".join(lines[:start + 1] + ["        " + w for w in wrapped]
+                     + lines[end:])
+
+
 def _with_token(fn):
     @_functools.wraps(fn)
     def wrapper(*args, **kwargs):
         out = fn(*args, **kwargs)
         return _token() if out is None else (out, _token())
 
-    wrapper.__doc__ = (fn.__doc__ or "") + (
-        "\n    Returns ``(result, token)`` (``send`` and ``barrier``: ``token``);"
-        "\n    ``jaxmpi.notoken`` returns the bare result.\n"
-    )
+    wrapper.__doc__ = _token_returns(fn.__doc__ or "", fn.__name__)
     return wrapper
 
 
@@ -89,6 +117,23 @@ def set_check(on: bool = True) -> None:
     receive probes the message first and reports a size mismatch. Turn it on
     on every rank at the same point of the program (or use the environment
     variable). Takes effect for calls executed from then on, jitted or not.
+
+    Args:
+        on: True (or a non-zero int) to check every call, False to stop
+            checking.
+
+    Returns:
+        None.
+
+    Raises:
+        TypeError: ``on`` is not a bool or an int.
+
+    Example:
+        ::
+
+            jaxmpi.set_check(True)      # on every rank
+            mpx.allreduce(x, MPI.SUM)   # ranks with other shapes: an error
+                                        # on every rank, before MPI sees it
     """
     if not isinstance(on, (bool, int)):
         raise TypeError(f"set_check: on must be a bool, got {type(on).__name__}: "
@@ -97,18 +142,55 @@ def set_check(on: bool = True) -> None:
 
 
 def set_timeout(seconds) -> None:
-    """Set the deadlock watchdog (default: ``JAXMPI_TIMEOUT``); None or 0
-    turns it off.
+    """Set the deadlock watchdog (default: ``JAXMPI_TIMEOUT``).
 
     With a timeout, every jaxmpi MPI call that has not completed after
     ``seconds`` raises on its rank, saying what it waited for. The
     abandoned call leaves its communicator unusable: end the job.
+
+    Args:
+        seconds: a positive number of seconds, or None or 0 to turn the
+            watchdog off.
+
+    Returns:
+        None.
+
+    Raises:
+        TypeError: ``seconds`` is a bool.
+        ValueError: ``seconds`` is not a number, or is negative or
+            infinite.
+
+    Example:
+        ::
+
+            jaxmpi.set_timeout(60)      # a call stuck for 60 s raises
+            jaxmpi.set_timeout(None)    # off
     """
     _core.get().set_timeout(_core.parse_timeout(seconds, "set_timeout: seconds"))
 
 
 def get_default_comm():
-    """The communicator used when ``comm=None`` (a clone of COMM_WORLD)."""
+    """The communicator jaxmpi uses when ``comm=None``.
+
+    A clone of ``MPI.COMM_WORLD`` made when jaxmpi is imported, with
+    ``MPI.ERRORS_RETURN``: jaxmpi's messages never match the program's own
+    mpi4py messages on ``COMM_WORLD``.
+
+    Args:
+        None.
+
+    Returns:
+        mpi4py.MPI.Intracomm: the default communicator.
+
+    Raises:
+        Nothing.
+
+    Example:
+        ::
+
+            comm = jaxmpi.get_default_comm()
+            comm.Get_rank() == MPI.COMM_WORLD.Get_rank()   # True
+    """
     return _default_comm
 
 

@@ -20,6 +20,29 @@ from . import _ops
 from . import _validate as v
 
 
+class _MPIConstant(int):
+    """An MPI constant that shows its name: ``recv``'s signature reads
+    ``source=MPI.ANY_SOURCE``, not ``source=-2``. It equals the constant
+    (an int) and is used as one."""
+
+    def __new__(cls, name: str):
+        self = super().__new__(cls, getattr(MPI, name))
+        self._name = f"MPI.{name}"
+        return self
+
+    def __repr__(self):
+        return self._name
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (_MPIConstant, (self._name[4:],))
+
+
+ANY_SOURCE = _MPIConstant("ANY_SOURCE")
+ANY_TAG = _MPIConstant("ANY_TAG")
+
+
 def _begin(fn, comm, token):
     info = v.comm_info(comm, fn)
     tok = v.token_arg(token, fn)
@@ -52,13 +75,57 @@ def _reduction(fn, x, op, comm, token):
 def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
     """Reduce ``x`` over all ranks with ``op``; every rank gets the result.
 
-    MPI_Allreduce. Returns an array of ``x``'s shape and dtype.
+    MPI_Allreduce.
 
-    ``adjoint`` chooses how reverse-mode AD treats the replicated result:
-    ``"replicated"`` (default, as mpi4jax and JPI) counts its cotangent once,
-    so the transpose is the identity; ``"sum"`` is the exact adjoint of the
-    map from all ranks' inputs to all ranks' outputs (an allreduce of the
-    cotangents). See docs/autodiff.md.
+    Args:
+        x: the array to reduce (a JAX or NumPy array, or a scalar), the same
+            shape and dtype on every rank.
+        op: an mpi4py reduction op: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX``,
+            ``MPI.MIN``, the logical and bitwise ops for integers and bool,
+            or a user-defined ``MPI.Op``.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+        adjoint: how reverse-mode AD treats the replicated result:
+            ``"replicated"`` (default, as mpi4jax and JPI) counts its
+            cotangent once, so the transpose is the identity; ``"sum"`` is
+            the exact adjoint of the map from all ranks' inputs to all
+            ranks' outputs (an allreduce of the cotangents). See
+            docs/autodiff.md.
+
+    Returns:
+        An array of ``x``'s shape and dtype: ``op`` over every rank's ``x``.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+        ValueError: ``adjoint`` is not ``"replicated"`` or ``"sum"``.
+
+    Example:
+        Sum over 4 ranks (``mpirun -n 4``), inside ``jax.jit``::
+
+            from mpi4py import MPI
+            import jax, jax.numpy as jnp
+            import jaxmpi, jaxmpi.notoken as mpx
+
+            f = jax.jit(lambda x: mpx.allreduce(x, MPI.SUM))
+            f(jnp.ones(3))                      # [4. 4. 4.] on every rank
+            y, token = jaxmpi.allreduce(jnp.ones(3), MPI.SUM)  # token API
     """
     if adjoint not in ("replicated", "sum"):
         raise ValueError(
@@ -70,8 +137,45 @@ def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
 def reduce(x, op, root, *, comm=None, token=None):
     """Reduce ``x`` over all ranks with ``op`` onto ``root``.
 
-    MPI_Reduce. The root gets the reduced array; other ranks get ``x`` back
-    unchanged.
+    MPI_Reduce.
+
+    Args:
+        x: the array to reduce, the same shape and dtype on every rank.
+        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
+            ``allreduce``.
+        root: the rank that gets the result (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        On ``root``, the reduced array (``x``'s shape and dtype); on other
+        ranks, ``x`` unchanged.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 4``::
+
+            y = mpx.reduce(jnp.ones(3) * rank, MPI.SUM, 0)  # rank 0: [6. 6. 6.]
+            y, token = jaxmpi.reduce(x, MPI.MAX, 0)         # token API
     """
     info, x, opinfo = _reduction("reduce", x, op, comm, token)
     root = v.rank_arg(root, "reduce", "root", info)
@@ -82,7 +186,44 @@ def reduce(x, op, root, *, comm=None, token=None):
 def scan(x, op, *, comm=None, token=None):
     """Inclusive prefix reduction: rank r gets ``op`` over ranks 0..r.
 
-    MPI_Scan. Returns an array of ``x``'s shape and dtype.
+    MPI_Scan.
+
+    Args:
+        x: the array to reduce, the same shape and dtype on every rank.
+        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
+            ``allreduce``.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        An array of ``x``'s shape and dtype: ``op`` over the ``x`` of ranks
+        0 to this rank.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 4``::
+
+            y = mpx.scan(jnp.ones(2), MPI.SUM)   # rank r: [r + 1, r + 1]
+            y, token = jaxmpi.scan(x, MPI.SUM)   # token API
     """
     info, x, opinfo = _reduction("scan", x, op, comm, token)
     return _ops.scan_p.bind(x, comm=info, op=opinfo)[0]
@@ -91,8 +232,43 @@ def scan(x, op, *, comm=None, token=None):
 def bcast(x, root, *, comm=None, token=None):
     """Broadcast the root's ``x`` to every rank.
 
-    MPI_Bcast. On other ranks ``x`` gives the shape and dtype only. The root
-    gets ``x`` itself back.
+    MPI_Bcast.
+
+    Args:
+        x: on ``root``, the array to send; on other ranks, a template that
+            gives the result's shape and dtype (its data is not used).
+        root: the rank whose ``x`` is sent (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        The root's ``x``, on every rank (on the root, ``x`` itself).
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        Give every rank rank 0's parameters::
+
+            params = mpx.bcast(params, 0)        # one array
+            params, token = jaxmpi.bcast(params, 0)  # token API
     """
     info, tok = _begin("bcast", comm, token)
     x = v.array(x, "bcast")
@@ -105,8 +281,43 @@ def bcast(x, root, *, comm=None, token=None):
 def gather(x, root, *, comm=None, token=None):
     """Gather every rank's ``x`` on the root, stacked along a new axis 0.
 
-    MPI_Gather. The root gets shape ``(size, *x.shape)``; other ranks get
-    ``x`` back unchanged.
+    MPI_Gather.
+
+    Args:
+        x: this rank's array, the same shape and dtype on every rank.
+        root: the rank that gets the result (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        On ``root``, an array of shape ``(size, *x.shape)`` whose row ``r``
+        is rank r's ``x``; on other ranks, ``x`` unchanged.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 3``::
+
+            y = mpx.gather(jnp.full(2, rank), 0)  # rank 0: [[0 0] [1 1] [2 2]]
+            y, token = jaxmpi.gather(x, 0)        # token API
     """
     info, tok = _begin("gather", comm, token)
     x = v.array(x, "gather")
@@ -119,9 +330,48 @@ def gather(x, root, *, comm=None, token=None):
 def scatter(x, root, *, comm=None, token=None):
     """Scatter the root's ``x[r]`` to rank r.
 
-    MPI_Scatter. On the root ``x.shape[0]`` must equal the communicator size
-    and the result has shape ``x.shape[1:]``; on other ranks ``x`` is a
-    template of the result's shape and dtype.
+    MPI_Scatter.
+
+    Args:
+        x: on ``root``, an array of shape ``(size, ...)``; on other ranks, a
+            template of the result's shape ``x.shape[1:]`` and dtype (its
+            data is not used).
+        root: the rank whose ``x`` is scattered (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        On every rank r, the root's ``x[r]`` (shape ``x.shape[1:]`` on the
+        root; on the other ranks, their template's shape).
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+        ValueError: on the root, ``x.shape[0]`` is not the communicator's
+            size.
+
+    Example:
+        ``mpirun -n 3``::
+
+            x = jnp.arange(6.0).reshape(3, 2) if rank == 0 else jnp.zeros(2)
+            y = mpx.scatter(x, 0)                 # rank r: [2r, 2r + 1]
+            y, token = jaxmpi.scatter(x, 0)       # token API
     """
     info, tok = _begin("scatter", comm, token)
     x = v.array(x, "scatter")
@@ -133,9 +383,44 @@ def scatter(x, root, *, comm=None, token=None):
 
 
 def allgather(x, *, comm=None, token=None):
-    """Gather every rank's ``x`` on every rank: shape ``(size, *x.shape)``.
+    """Gather every rank's ``x`` on every rank.
 
     MPI_Allgather.
+
+    Args:
+        x: this rank's array, the same shape and dtype on every rank.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        An array of shape ``(size, *x.shape)`` whose row ``r`` is rank r's
+        ``x``, on every rank.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 3``::
+
+            y = mpx.allgather(jnp.full(2, rank))  # [[0 0] [1 1] [2 2]]
+            y, token = jaxmpi.allgather(x)        # token API
     """
     info, tok = _begin("allgather", comm, token)
     x = v.array(x, "allgather")
@@ -147,7 +432,45 @@ def alltoall(x, *, comm=None, token=None):
     """Rank i sends ``x[j]`` to rank j and receives rank j's ``x[i]`` into
     ``result[j]``.
 
-    MPI_Alltoall. ``x.shape[0]`` must equal the communicator size.
+    MPI_Alltoall.
+
+    Args:
+        x: an array of shape ``(size, ...)``, the same shape and dtype on
+            every rank.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        An array of ``x``'s shape and dtype whose row ``j`` is rank j's
+        ``x[i]`` (i: this rank).
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+        ValueError: ``x.shape[0]`` is not the communicator's size.
+
+    Example:
+        ``mpirun -n 2`` (a transpose across ranks)::
+
+            x = jnp.array([10 * rank, 10 * rank + 1])
+            y = mpx.alltoall(x)            # rank 0: [0 10], rank 1: [1 11]
+            y, token = jaxmpi.alltoall(x)  # token API
     """
     info, tok = _begin("alltoall", comm, token)
     x = v.array(x, "alltoall")
@@ -160,6 +483,33 @@ def barrier(*, comm=None, token=None):
     """Block until every rank of ``comm`` has reached the barrier.
 
     MPI_Barrier.
+
+    Args:
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        None.
+
+    Raises:
+        TypeError: ``comm`` is not an intracommunicator, or ``token`` is
+            not a token.
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks making different calls
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ::
+
+            mpx.barrier()               # returns None
+            token = jaxmpi.barrier()    # token API: returns a token
     """
     info, tok = _begin("barrier", comm, token)
     _join(tok)
@@ -169,7 +519,50 @@ def barrier(*, comm=None, token=None):
 def send(x, dest, *, tag=0, comm=None, token=None):
     """Send ``x`` to rank ``dest``.
 
-    MPI_Send. ``dest`` may be ``MPI.PROC_NULL`` (no-op).
+    MPI_Send (standard mode: it may wait until ``dest`` receives the
+    message, as large messages do).
+
+    Args:
+        x: the array to send.
+        dest: the receiving rank (a static int), or ``MPI.PROC_NULL`` (no
+            message is sent).
+        tag: the message tag, 0 to half of ``MPI.TAG_UB`` (the higher tags
+            carry jaxmpi's gradient messages).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        None.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 2``::
+
+            if rank == 0:
+                mpx.send(jnp.arange(3.0), 1, tag=7)   # returns None
+                token = jaxmpi.send(jnp.arange(3.0), 1, tag=7)  # token API
+            else:
+                y = mpx.recv(jnp.zeros(3), 0, tag=7)
+                y, token = jaxmpi.recv(jnp.zeros(3), 0, tag=7)
     """
     info, tok = _begin("send", comm, token)
     x = v.array(x, "send")
@@ -179,15 +572,58 @@ def send(x, dest, *, tag=0, comm=None, token=None):
     _ops.send_p.bind(x, comm=info, dest=dest, tag=tag)
 
 
-def recv(x, source=MPI.ANY_SOURCE, *, tag=MPI.ANY_TAG, comm=None, status=None,
+def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
          token=None):
     """Receive an array of ``x``'s shape and dtype from rank ``source``.
 
-    MPI_Recv. ``x`` is only a template: its data is not used. ``source`` may
-    be ``MPI.ANY_SOURCE`` or ``MPI.PROC_NULL`` (the result is then zeros),
-    ``tag`` may be ``MPI.ANY_TAG``. If ``status`` (an ``MPI.Status``) is
-    given, it is filled in when the receive completes. A message of another
-    size is an error, not a truncation.
+    MPI_Recv. A message of another size is an error, not a truncation.
+
+    Args:
+        x: a template: the result's shape and dtype (its data is not used).
+        source: the sending rank (a static int), ``MPI.ANY_SOURCE``
+            (default), or ``MPI.PROC_NULL`` (no message; the result is
+            zeros).
+        tag: the tag to match, or ``MPI.ANY_TAG`` (default).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        status: an ``MPI.Status`` filled in when the receive completes
+            (source, tag, count), or None.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        The received array, of ``x``'s shape and dtype.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+        NotImplementedError: differentiating a receive from
+            ``MPI.ANY_SOURCE``, or in reverse mode from ``MPI.ANY_TAG``
+            (see docs/autodiff.md).
+
+    Example:
+        ``mpirun -n 2``::
+
+            if rank == 1:
+                y = mpx.recv(jnp.zeros(3), 0)          # from rank 0, any tag
+                y, token = jaxmpi.recv(jnp.zeros(3), source=0, tag=7)
+            else:
+                mpx.send(jnp.arange(3.0), 1)
+                jaxmpi.send(jnp.arange(3.0), 1, tag=7)
     """
     info, tok = _begin("recv", comm, token)
     x = v.array(x, "recv")
@@ -200,14 +636,58 @@ def recv(x, source=MPI.ANY_SOURCE, *, tag=MPI.ANY_TAG, comm=None, status=None,
                             status=addr)[0]
 
 
-def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=MPI.ANY_TAG,
+def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
              comm=None, status=None, token=None):
     """Send ``sendbuf`` to ``dest`` and receive an array of ``recvbuf``'s
     shape and dtype from ``source``, in one deadlock-free call.
 
-    MPI_Sendrecv. ``recvbuf`` is only a template. ``source``/``dest`` may be
-    ``MPI.PROC_NULL``; ``source`` may be ``MPI.ANY_SOURCE`` and ``recvtag``
-    ``MPI.ANY_TAG``.
+    MPI_Sendrecv.
+
+    Args:
+        sendbuf: the array to send.
+        recvbuf: a template: the result's shape and dtype (its data is not
+            used).
+        source: the rank to receive from (a static int), ``MPI.ANY_SOURCE``
+            or ``MPI.PROC_NULL`` (the result is zeros).
+        dest: the rank to send to (a static int) or ``MPI.PROC_NULL``.
+        sendtag: the tag of the message sent.
+        recvtag: the tag to match, or ``MPI.ANY_TAG`` (default).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        status: an ``MPI.Status`` filled in when the receive completes, or
+            None.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        The received array, of ``recvbuf``'s shape and dtype.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+        NotImplementedError: differentiating a receive from
+            ``MPI.ANY_SOURCE`` (see docs/autodiff.md).
+
+    Example:
+        Shift right around a ring::
+
+            right, left = (rank + 1) % size, (rank - 1) % size
+            y = mpx.sendrecv(x, x, source=left, dest=right)  # left's x
+            y, token = jaxmpi.sendrecv(x, x, left, right)    # token API
     """
     fn = "sendrecv"
     info, tok = _begin(fn, comm, token)
@@ -239,9 +719,54 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
     MPI_Waitall), so a halo exchange in every direction is one call with no
     ordering to get right. A rank's pair ``i`` matches pair ``i`` of its
     peers: in a shift pattern every rank sends in direction ``i`` and
-    receives from the opposite one. ``recvbufs`` are templates (their data
-    is not used); peers may be ``MPI.PROC_NULL`` (the result is zeros).
-    Returns a tuple of the received arrays. At most 32 pairs.
+    receives from the opposite one.
+
+    Args:
+        sendbufs: a list or tuple of arrays to send (at most 32).
+        recvbufs: a list or tuple of templates, one per pair (their data is
+            not used).
+        sources: the rank each pair receives from (static ints), or
+            ``MPI.PROC_NULL`` (that result is zeros).
+        dests: the rank each pair sends to (static ints), or
+            ``MPI.PROC_NULL``.
+        tag: pair ``i`` uses tag ``tag + i``.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A tuple of the received arrays, one per pair.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+        ValueError: the four sequences differ in length, or hold more than
+            32 pairs.
+
+    Example:
+        A 1-D halo exchange in both directions::
+
+            left, right = (rank - 1) % size, (rank + 1) % size
+            from_left, from_right = mpx.neighbor_exchange(
+                [u[-1:], u[:1]], [u[:1], u[-1:]],
+                sources=[left, right], dests=[right, left])
+            (from_left, from_right), token = jaxmpi.neighbor_exchange(
+                [u[-1:], u[:1]], [u[:1], u[-1:]], [left, right], [right, left])
     """
     fn = "neighbor_exchange"
     info, tok = _begin(fn, comm, token)
@@ -281,9 +806,27 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
 
 
 def has_cuda_support() -> bool:
-    """True if jaxmpi's C core has the CUDA path (GPU arrays work when a CUDA
-    driver and JAX's CUDA plugin are present; see docs/gpu.md). Like
-    mpi4jax's, this says nothing of whether a GPU is visible."""
+    """Whether jaxmpi's C core was built with its CUDA path.
+
+    GPU arrays work when this is True and a CUDA driver and JAX's CUDA
+    plugin are present (see docs/gpu.md). Like mpi4jax's, this says nothing
+    of whether a GPU is visible: ``python -m jaxmpi`` shows the driver.
+
+    Args:
+        None.
+
+    Returns:
+        bool: True if the CUDA handlers are built in (they always are: the
+        core needs no CUDA toolkit to build them).
+
+    Raises:
+        Nothing.
+
+    Example:
+        ::
+
+            jaxmpi.has_cuda_support()   # True: every build has the CUDA path
+    """
     return _core.get().cuda_built
 
 
