@@ -217,3 +217,16 @@ def test_arrays_on_several_devices(mpirun, tmp_path, n):
             assert "ordered effects are not supported" not in line.group(1)
         total = float(n * (n + 1) // 2)
         assert f"rank {r} after: {[total] * 3}" in out, out
+
+
+def test_data_parallel_example_runs(mpirun):
+    """The recipe of docs/autodiff.md as a script (its numbers are tested
+    in tests/mpi/test_recipes.py)."""
+    job = mpirun(2, "examples/data_parallel.py", "--steps", "5", timeout=300)
+    assert job.returncode == 0, job
+    assert "2 rank(s): parameters identical on every rank: True" in job.stdout, job
+    diff = re.search(r"largest difference from single-process training: "
+                     r"(\S+)", job.stdout)
+    assert diff and float(diff.group(1)) < 1e-5, job
+    losses = [float(v) for v in re.findall(r"loss (\S+)", job.stdout)]
+    assert len(losses) == 3 and losses[-1] < losses[0], job
