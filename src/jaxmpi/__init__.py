@@ -3,7 +3,14 @@
 Zero-copy, ordered without tokens, on every dtype JAX has. The functions here
 follow the seed documents of mpi4jax: each returns ``(result, token)``;
 ``send`` and ``barrier`` return a token. ``jaxmpi.notoken`` has the same
-operations returning bare results (mpi4jax >= 0.8).
+operations returning bare results (mpi4jax >= 0.8; also importable as
+``jaxmpi.experimental.notoken``, mpi4jax 0.7's path). Which to import:
+
+* code for mpi4jax < 0.8: ``import jaxmpi as mpi4jax``
+* code for mpi4jax >= 0.8: ``import jaxmpi.notoken as mpi4jax``
+* new code: ``import jaxmpi.notoken as mpx`` (tokens are never needed)
+
+See docs/apis.md.
 """
 
 from __future__ import annotations

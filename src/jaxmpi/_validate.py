@@ -158,7 +158,7 @@ MULTI_DEVICE_HELP = (
     "move the array onto one device first, e.g. "
     "jax.device_put(x, jax.devices()[0])); under jax.jit, do not give "
     "in_shardings/out_shardings over several devices to a function that "
-    "calls jaxmpi. See docs/troubleshooting.md."
+    "calls jaxmpi. See docs/apis.md (one JAX device per MPI process)."
 )
 
 
