@@ -296,10 +296,15 @@ def token_arg(token, fn: str):
     else:
         ok = isinstance(token, _jcore.Token)
     if not ok:
+        hint = ""
+        if isinstance(token, (tuple, list)) and any(map(is_token, token)):
+            hint = (". This looks like a whole (result, token) pair of the "
+                    "token API: pass its token, e.g. `y, token = "
+                    "jaxmpi.allreduce(x, MPI.SUM)`, then token=token")
         raise TypeError(
             f"{fn}: token must be a token returned by a jaxmpi call (or by "
             f"jax.lax.create_token()), or None; got {type(token).__name__}: "
-            f"{token!r}"
+            f"{_short(token)}{hint}"
         )
     return token
 

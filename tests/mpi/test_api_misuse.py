@@ -92,6 +92,20 @@ def test_bare_token_used_as_array(mode):
         run(X)
 
 
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_token_api_pair_passed_as_token(mode):
+    def f(x):
+        pair = jaxmpi.allreduce(x, MPI.SUM)
+        return mpx.allgather(x, token=pair)
+
+    run = jax.jit(f) if mode == "jit" else f
+    with pytest.raises(TypeError, match=r"^allgather: token must be a token "
+                       r"returned by a jaxmpi call .*got tuple: .*This looks "
+                       r"like a whole \(result, token\) pair of the token "
+                       r"API: pass its token"):
+        run(X)
+
+
 @dataclasses.dataclass
 class Params:
     w: jax.Array
