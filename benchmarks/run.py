@@ -319,15 +319,17 @@ def rows(stats, args):
                 if not st:
                     continue
                 m4j = get(stats, "mpi4jax", mode, op, nbytes)
-                if not st["n"] or any(r["op"] == op and r["bytes"] == nbytes
-                                      and r["impl"] == impl and r["mode"] == mode
-                                      for r in out):
+                if any(r["op"] == op and r["bytes"] == nbytes
+                       and r["impl"] == impl and r["mode"] == mode for r in out):
                     continue
+                us = lambda v: None if v is None else v * 1e6  # noqa: E731
+                # A series whose every sample was <= 0 (flagged) keeps its
+                # row, with no times: nothing impossible is published.
                 out.append({
                     "op": op, "bytes": nbytes, "ranks": args.ranks, "impl": impl,
-                    "mode": mode, "median_us": st["median"] * 1e6,
-                    "p25_us": st["p25"] * 1e6, "p75_us": st["p75"] * 1e6,
-                    "best_us": st["best"] * 1e6, "samples": st["n"],
+                    "mode": mode, "median_us": us(st["median"]),
+                    "p25_us": us(st["p25"]), "p75_us": us(st["p75"]),
+                    "best_us": us(st["best"]), "samples": st["n"],
                     "flagged": st["flagged"],
                     "x_c": ratio(st["median"], c),
                     "x_mpi4jax": ratio(st["median"], m4j),

@@ -36,6 +36,7 @@ from mpi4py import MPI
 
 from . import _core, _dtypes
 from ._effect import mpi_effect
+from ._threads import guard
 
 _ENABLED = os.environ.get("JAXMPI_EAGER_DIRECT", "1").strip().lower() not in (
     "0", "false", "no", "off")
@@ -105,6 +106,7 @@ def allreduce(x, op_handle: int, comm):
     mpitype = _datatype(np.dtype(x.dtype))
     if mpitype is None:
         return None
+    guard()
     wait_for_dispatched()
     send = np.asarray(x)
     if send.ndim:  # a 0-d array has no strides to check

@@ -81,6 +81,8 @@ def join_token_lowering(ctx, user_token):
 # on one device, the token array is handed on as it is: the same buffer, so
 # the next program still waits for it (PJRT waits for its inputs' definition
 # events), hence the same order. Anything else takes JAX's own path.
+# Every dispatch of jaxmpi work passes here, which is where _threads.guard
+# refuses a second Python thread below MPI_THREAD_MULTIPLE.
 
 
 def _install_token_fastpath() -> bool:
@@ -91,7 +93,11 @@ def _install_token_fastpath() -> bool:
     if orig is None or getattr(orig, "_jaxmpi", False):
         return False
 
+    from ._threads import guard
+
     def get_token_input(self, eff, devices):
+        if eff is mpi_effect:
+            guard()
         if eff is mpi_effect and len(devices) == 1:
             tok = self.current_tokens.get(eff)
             buf = getattr(tok, "_buf", None)
