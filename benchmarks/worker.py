@@ -251,6 +251,13 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
                         for _ in range(n):
                             jax.block_until_ready(fn(x0))
 
+                    try:  # the same on every rank: a library without
+                        run_batch(1)  # eager calls fails on all of them
+                    except Exception as e:  # noqa: BLE001
+                        if RANK == 0:
+                            print(f"worker: {args.impl} {mode} {op}: skipped "
+                                  f"({type(e).__name__}: {e})", file=sys.stderr)
+                        continue
                     run_batch(max(args.warmup, 2))
                     iters, samples, pairs = measure(run_batch, args, slope=False)
                 else:
