@@ -1,11 +1,20 @@
 /* Plain C MPI baseline for benchmarks/run.py.
  *
- * Usage: bench_c OPS SIZES TARGET_S REPEATS WARMUP OUT.jsonl [THREADS]
+ * Usage: bench_c OPS SIZES TARGET_S REPEATS WARMUP OUT.jsonl [THREADS [PLACE
+ *        [PAGES [LABEL]]]]
  *   OPS      comma-separated: allreduce,sendrecv,bcast,allgather,alltoall
  *   SIZES    comma-separated message sizes in bytes (multiples of 4)
  *   THREADS  "multiple" (default: MPI_THREAD_MULTIPLE, the level mpi4py
  *            asks for, so that C and the Python-based jobs run the same
  *            MPI configuration) or "single" (plain MPI_Init)
+ *   PLACE    "inplace" (default: MPI_IN_PLACE where the op allows it, as
+ *            jaxmpi calls allreduce; bcast is in place anyway) or
+ *            "outofplace"
+ *   PAGES    "default" (default) or "huge": madvise(MADV_HUGEPAGE) on both
+ *            buffers, what NumPy does for arrays from 4 MiB (transparent
+ *            huge pages: fewer TLB misses and page faults on large
+ *            messages; XLA's buffers get no such request)
+ *   LABEL    the "impl" field of the JSON lines (default "c")
  *
  * Same protocol as the Python worker (benchmarks/worker.py): per op and
  * size, WARMUP calls, then an iteration count n doubled until a batch of n
@@ -18,6 +27,7 @@
  * (alltoall). */
 #include <mpi.h>
 #include <stdio.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,12 +40,16 @@
     }                                                                      \
   } while (0)
 
-static int rank, size;
+static int rank, size, in_place = 1;
 
 static size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
 static void run_op(const char *op, float *x, float *y, int count) {
-  if (!strcmp(op, "allreduce")) {
+  if (!strcmp(op, "allreduce") && in_place) {
+    (void)y;
+    CHECK(MPI_Allreduce(MPI_IN_PLACE, x, count, MPI_FLOAT, MPI_SUM,
+                        MPI_COMM_WORLD));
+  } else if (!strcmp(op, "allreduce")) {
     CHECK(MPI_Allreduce(x, y, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD));
   } else if (!strcmp(op, "sendrecv")) {
     CHECK(MPI_Sendrecv(x, count, MPI_FLOAT, (rank + 1) % size, 0, y, count,
@@ -82,12 +96,16 @@ int main(int argc, char **argv) {
     CHECK(MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided));
   CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
   CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
-  if (argc != 7 && argc != 8) {
+  if (argc < 7 || argc > 11) {
     if (rank == 0)
       fprintf(stderr, "usage: bench_c OPS SIZES TARGET_S REPEATS WARMUP "
-                      "OUT.jsonl [multiple|single]\n");
+                      "OUT.jsonl [multiple|single [inplace|outofplace "
+                      "[default|huge [LABEL]]]]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
+  in_place = !(argc > 8 && !strcmp(argv[8], "outofplace"));
+  const int huge = argc > 9 && !strcmp(argv[9], "huge");
+  const char *label = argc > 10 ? argv[10] : "c";
   double target = atof(argv[3]);
   int repeats = atoi(argv[4]), warmup = atoi(argv[5]);
   FILE *out = NULL;
@@ -115,6 +133,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_c: out of memory\n");
         MPI_Abort(MPI_COMM_WORLD, 3);
       }
+#ifdef MADV_HUGEPAGE
+      /* Before the first touch, as NumPy does (a request: the kernel may
+       * refuse, e.g. with THP "never"). */
+      if (huge) {
+        (void)madvise(x, round_up(nx * sizeof(float), 4096), MADV_HUGEPAGE);
+        (void)madvise(y, round_up(ny * sizeof(float), 4096), MADV_HUGEPAGE);
+      }
+#else
+      if (huge) {
+        fprintf(stderr, "bench_c: no MADV_HUGEPAGE on this system\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+      }
+#endif
       for (size_t i = 0; i < nx; i++) x[i] = 1.0f;
       memset(y, 0, ny * sizeof(float));
       for (int i = 0; i < warmup; i++) run_op(op, x, y, count);
@@ -130,10 +161,14 @@ int main(int argc, char **argv) {
         samples[r] = batch(op, x, y, count, n) / (double)n;
       if (rank == 0) {
         fprintf(out,
-                "{\"impl\": \"c\", \"mode\": \"loop\", \"op\": \"%s\", "
+                "{\"impl\": \"%s\", \"mode\": \"loop\", \"op\": \"%s\", "
                 "\"bytes\": %ld, \"ranks\": %d, \"iters\": %ld, "
-                "\"thread_level\": \"%s\", \"samples\": [",
-                op, bytes, size, n, single ? "single" : "multiple");
+                "\"thread_level\": \"%s\", \"in_place\": %d, "
+                "\"huge_pages\": %d, \"samples\": [",
+                label, op, bytes, size, n,
+                single ? "single" : (provided == MPI_THREAD_MULTIPLE
+                                     ? "multiple" : "below multiple"),
+                in_place && !strcmp(op, "allreduce"), huge);
         for (int r = 0; r < repeats; r++)
           fprintf(out, "%s%.9e", r ? ", " : "", samples[r]);
         fprintf(out, "]}\n");

@@ -31,12 +31,33 @@ ROOT = os.path.dirname(HERE)
 OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall")
 FULL_SIZES = [4 * 4**k for k in range(13)]  # 4 B .. 64 MiB
 QUICK_SIZES = [4, 1024, 65536, 1 << 20]
-IMPLS = ("c", "mpi4py", "mpi4jax", "jax", "jaxmpi")
+IMPLS = ("c", "c_mt", "c_huge", "mpi4py", "mpi4jax", "jax", "jaxmpi", "plain")
+# The C program's variants: (thread level, placement, pages). "c" is the
+# best C an HPC user writes (plain MPI_Init, MPI_IN_PLACE where the op
+# allows, as jaxmpi calls allreduce); "c_mt" the same under
+# MPI_THREAD_MULTIPLE (what mpi4py asks for, hence every Python-based job
+# by default); "c_huge" asks for transparent huge pages on its buffers
+# (madvise(MADV_HUGEPAGE), as NumPy does from 4 MiB).
+C_VARIANTS = {"c": ("single", "inplace", "default"),
+              "c_mt": ("multiple", "inplace", "default"),
+              "c_huge": ("single", "inplace", "huge")}
+# The dispatch table: one call at a time, each waited for, at these sizes.
+DISPATCH_SIZES = (4,)
 # Columns of the tables, in order: (impl, mode).
-SERIES = [("c", "loop"), ("mpi4py", "loop"), ("mpi4jax", "loop"),
+SERIES = [("c", "loop"), ("c_mt", "loop"), ("c_huge", "loop"),
+          ("mpi4py", "loop"), ("mpi4jax", "loop"),
           ("jax", "loop"), ("jaxmpi", "loop"), ("mpi4jax", "call"),
           ("jax", "call"), ("jaxmpi", "call")]
-LABEL = {("c", "loop"): "C", ("mpi4py", "loop"): "mpi4py",
+DISPATCH_SERIES = [("plain", "block"), ("jaxmpi", "block"), ("jaxmpi", "eager"),
+                   ("mpi4jax", "block"), ("mpi4jax", "eager"), ("jax", "block"),
+                   ("mpi4py", "loop"), ("c", "loop"), ("c_mt", "loop")]
+LABEL = {("c", "loop"): "C", ("c_mt", "loop"): "C MT",
+         ("c_huge", "loop"): "C huge pages",
+         ("plain", "block"): "plain jit", ("jaxmpi", "block"): "jaxmpi jit",
+         ("jaxmpi", "eager"): "jaxmpi eager",
+         ("mpi4jax", "block"): "mpi4jax jit",
+         ("mpi4jax", "eager"): "mpi4jax eager", ("jax", "block"): "JAX jit",
+         ("mpi4py", "loop"): "mpi4py",
          ("mpi4jax", "loop"): "mpi4jax loop", ("jax", "loop"): "JAX loop",
          ("jaxmpi", "loop"): "jaxmpi loop", ("mpi4jax", "call"): "mpi4jax call",
          ("jax", "call"): "JAX call", ("jaxmpi", "call"): "jaxmpi call"}
@@ -109,7 +130,8 @@ def build_c(outdir):
     exe = os.path.join(outdir, "build", "bench_c")
     os.makedirs(os.path.dirname(exe), exist_ok=True)
     cmd = [mpicc, "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror",
-           "-D_POSIX_C_SOURCE=200809L", os.path.join(HERE, "bench_c.c"), "-o", exe]
+           "-D_POSIX_C_SOURCE=200809L", "-D_DEFAULT_SOURCE",
+           os.path.join(HERE, "bench_c.c"), "-o", exe]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode:
         return None, f"{' '.join(cmd)} failed:\n{proc.stdout}{proc.stderr}"
@@ -117,9 +139,9 @@ def build_c(outdir):
 
 
 def available(impl):
-    if impl == "c":
+    if impl in C_VARIANTS:
         return True
-    if impl == "jax":
+    if impl in ("jax", "plain"):
         return importlib.util.find_spec("jax") is not None
     return importlib.util.find_spec(impl) is not None
 
@@ -158,19 +180,21 @@ def versions():
 
 
 def run_job(args, impl, rnd, raw, exe):
-    modes = args.modes
-    if impl in ("c", "mpi4py"):
+    modes = ",".join(args.modes + (["block", "eager"] if args.dispatch else []))
+    if impl in (*C_VARIANTS, "mpi4py"):
         modes = "loop"
-    if impl == "c":
+    if impl in C_VARIANTS:
         cmd = [exe, ",".join(args.ops), ",".join(map(str, args.sizes)),
                str(args.target), str(args.repeats), str(args.warmup), raw + ".c",
-               args.c_thread_level]
+               *C_VARIANTS[impl], impl]
     else:
         cmd = [sys.executable, os.path.join(HERE, "worker.py"), "--impl", impl,
                "--ops", ",".join(args.ops), "--sizes", ",".join(map(str, args.sizes)),
                "--modes", modes, "--target", str(args.target),
                "--repeats", str(args.repeats), "--warmup", str(args.warmup),
-               "--round", str(rnd), "--out", raw, *(["--check"] if args.check else [])]
+               "--round", str(rnd), "--out", raw,
+               "--dispatch-sizes", ",".join(map(str, DISPATCH_SIZES)),
+               *(["--check"] if args.check and impl != "plain" else [])]
     full = [*launcher(args), "-n", str(args.ranks), *cmd]
     t0 = time.time()
     try:
@@ -180,7 +204,7 @@ def run_job(args, impl, rnd, raw, exe):
         tail = (proc.stdout + proc.stderr)[-3000:]
     except subprocess.TimeoutExpired as e:
         ok, tail = False, f"timed out after {args.job_timeout} s\n{e.stderr or ''}"
-    if impl == "c" and os.path.exists(raw + ".c"):
+    if impl in C_VARIANTS and os.path.exists(raw + ".c"):
         # bench_c writes without a round number; tag its lines and merge.
         with open(raw + ".c") as f, open(raw, "a") as g:
             for line in f:
@@ -198,29 +222,42 @@ def run_job(args, impl, rnd, raw, exe):
 
 
 def aggregate(raw):
-    """{(impl, mode, op, bytes): stats} over all samples of all rounds."""
-    samples, best = {}, {}
+    """{(impl, mode, op, bytes): stats} over all samples of all rounds.
+
+    "best": the fastest sample. In loop mode a sample is the difference of
+    one pair of batches, (T(2n) - T(n)) / n, taken per pair: the fastest
+    batch of 2n minus the fastest batch of n (the former estimator) has no
+    lower bound (one preempted batch of n made it -1976 us). A difference
+    <= 0 is impossible (preemption inside the n batch): it is flagged and
+    left out of "best" and of the medians; where every sample is <= 0 the
+    series has no published value ("n" 0, "flagged" the count)."""
+    samples, flagged = {}, {}
     with open(raw) as f:
         for line in f:
             rec = json.loads(line)
             key = (rec["impl"], rec["mode"], rec["op"], rec["bytes"])
-            samples.setdefault(key, []).extend(rec["samples"])
-            if rec.get("pairs"):
-                # Loop mode: the marginal cost from the fastest batch of n and
-                # the fastest batch of 2n iterations.
-                t1 = min(p[0] for p in rec["pairs"])
-                t2 = min(p[1] for p in rec["pairs"])
-                b = (t2 - t1) / rec["iters"]
-            else:
-                b = min(rec["samples"])
-            best[key] = min(best.get(key, b), b)
+            good = [x for x in rec["samples"] if x > 0]
+            flagged[key] = flagged.get(key, 0) + len(rec["samples"]) - len(good)
+            samples.setdefault(key, []).extend(good)
     stats = {}
     for key, s in samples.items():
+        if not s:
+            stats[key] = {"median": None, "p25": None, "p75": None,
+                          "best": None, "n": 0, "flagged": flagged[key]}
+            continue
         s = sorted(s)
         q = statistics.quantiles(s, n=4) if len(s) >= 2 else [s[0]] * 3
         stats[key] = {"median": statistics.median(s), "p25": q[0], "p75": q[2],
-                      "best": best[key], "n": len(s)}
+                      "best": s[0], "n": len(s), "flagged": flagged[key]}
     return stats
+
+
+def best_c(stats, op, nbytes, stat="median"):
+    """The faster C of the single-threaded and the MPI_THREAD_MULTIPLE run
+    (in place where the op allows): the C the targets are judged against."""
+    vals = [get(stats, c, "loop", op, nbytes, stat) for c in ("c", "c_mt")]
+    vals = [v for v in vals if v is not None]
+    return min(vals) if vals else None
 
 
 def ratio(a, b):
@@ -234,23 +271,66 @@ def get(stats, impl, mode, op, nbytes, stat="median"):
     return st[stat] if st else None
 
 
+def dispatch_text(stats, args, markdown=False):
+    """Per op at the dispatch sizes: one call at a time, each waited for."""
+    series = [s for s in DISPATCH_SERIES
+              if any((s[0], s[1], op, b) in stats for op in args.ops
+                     for b in DISPATCH_SIZES)]
+    if not any(s[1] in ("block", "eager") for s in series):
+        return ""
+    head = ["op", "size", *[LABEL[s] for s in series],
+            "jaxmpi jit - plain", "jaxmpi eager / mpi4py"]
+    body = []
+    for op in args.ops:
+        for nbytes in DISPATCH_SIZES:
+            g = lambda i, m: get(stats, i, m, op, nbytes)  # noqa: E731
+            row = [op, human(nbytes)] + [fmt_us(g(*s)) for s in series]
+            jit, plain = g("jaxmpi", "block"), g("plain", "block")
+            row.append(fmt_us(jit - plain) if jit and plain else "-")
+            row.append(fmt_ratio(ratio(g("jaxmpi", "eager"), g("mpi4py", "loop"))))
+            body.append(row)
+    title = (f"Dispatch at {args.ranks} ranks: median time per call in us, each "
+             "call waited for (jit: a jitted function holding the op; eager: "
+             "the op outside jit; C, mpi4py: a plain loop; plain jit: x + 1)")
+    return _table(title, head, body, markdown)
+
+
+def _table(title, head, body, markdown):
+    if markdown:
+        return "\n".join([f"\n**{title}**\n", "| " + " | ".join(head) + " |",
+                          "|" + "|".join("---:" for _ in head) + "|",
+                          *["| " + " | ".join(r) + " |" for r in body]])
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(head)]
+    return "\n".join([f"\n{title}",
+                      "  ".join(h.rjust(w) for h, w in zip(head, widths)),
+                      *["  ".join(c.rjust(w) for c, w in zip(r, widths))
+                        for r in body]])
+
+
 def rows(stats, args):
     """Long format: one row per (op, size, impl, mode), with ratios to C and
     to mpi4jax in the same mode (C and mpi4py: to mpi4jax's loop)."""
     out = []
     for op in args.ops:
         for nbytes in args.sizes:
-            c = get(stats, "c", "loop", op, nbytes)
-            for impl, mode in SERIES:
+            c = best_c(stats, op, nbytes)
+            for impl, mode in SERIES + DISPATCH_SERIES:
                 st = stats.get((impl, mode, op, nbytes))
                 if not st:
                     continue
                 m4j = get(stats, "mpi4jax", mode, op, nbytes)
+                if any(r["op"] == op and r["bytes"] == nbytes
+                       and r["impl"] == impl and r["mode"] == mode for r in out):
+                    continue
+                us = lambda v: None if v is None else v * 1e6  # noqa: E731
+                # A series whose every sample was <= 0 (flagged) keeps its
+                # row, with no times: nothing impossible is published.
                 out.append({
                     "op": op, "bytes": nbytes, "ranks": args.ranks, "impl": impl,
-                    "mode": mode, "median_us": st["median"] * 1e6,
-                    "p25_us": st["p25"] * 1e6, "p75_us": st["p75"] * 1e6,
-                    "best_us": st["best"] * 1e6, "samples": st["n"],
+                    "mode": mode, "median_us": us(st["median"]),
+                    "p25_us": us(st["p25"]), "p75_us": us(st["p75"]),
+                    "best_us": us(st["best"]), "samples": st["n"],
+                    "flagged": st["flagged"],
                     "x_c": ratio(st["median"], c),
                     "x_mpi4jax": ratio(st["median"], m4j),
                 })
@@ -270,7 +350,7 @@ def table_text(stats, args, markdown=False, stat="median"):
         head = ["size", *[LABEL[s] for s in series]]
         extra = []
         if ("jaxmpi", "loop") in series:
-            extra += ["jaxmpi loop / C", "jaxmpi loop / mpi4jax loop"]
+            extra += ["jaxmpi loop / best C", "jaxmpi loop / mpi4jax loop"]
         if ("jaxmpi", "call") in series:
             extra += ["jaxmpi call / mpi4jax call"]
         head += extra
@@ -282,7 +362,8 @@ def table_text(stats, args, markdown=False, stat="median"):
                 row.append(fmt_us(st[stat] if st else None))
             g = lambda i, m: get(stats, i, m, op, nbytes, stat)  # noqa: E731
             if ("jaxmpi", "loop") in series:
-                row += [fmt_ratio(ratio(g("jaxmpi", "loop"), g("c", "loop"))),
+                row += [fmt_ratio(ratio(g("jaxmpi", "loop"),
+                                        best_c(stats, op, nbytes, stat))),
                         fmt_ratio(ratio(g("jaxmpi", "loop"), g("mpi4jax", "loop")))]
             if ("jaxmpi", "call") in series:
                 row += [fmt_ratio(ratio(g("jaxmpi", "call"), g("mpi4jax", "call")))]
@@ -319,20 +400,23 @@ def check_targets(stats, args):
             continue
         for nbytes in args.sizes:
             j = stats.get(("jaxmpi", "loop", op, nbytes))
-            c = stats.get(("c", "loop", op, nbytes))
+            cs = [stats.get((k, "loop", op, nbytes)) for k in ("c", "c_mt")]
+            cs = [x for x in cs if x and x["n"]]
+            c = min(cs, key=lambda x: x["median"]) if cs else None
             m = stats.get(("mpi4jax", "loop", op, nbytes))
-            if not j:
+            m = m if m and m["n"] else None
+            if not j or not j["n"]:
                 continue
             if c and nbytes == 4:
                 d = (j["median"] - c["median"]) * 1e6
                 db = (j["best"] - c["best"]) * 1e6
-                out.append((op, nbytes, "<= C + 1 us", d <= 1.0,
-                            f"jaxmpi - C = {d:+.2f} us (best: {db:+.2f} us)"))
+                out.append((op, nbytes, "<= best C + 1 us", d <= 1.0,
+                            f"jaxmpi - best C = {d:+.2f} us (best: {db:+.2f} us)"))
             if c and nbytes >= 65536:
                 r = j["median"] / c["median"]
                 rb = ratio(j["best"], c["best"])
-                out.append((op, nbytes, "<= 1.10 x C", r <= 1.10,
-                            f"{r:.2f} x C (best: {fmt_ratio(rb)})"))
+                out.append((op, nbytes, "<= 1.10 x best C", r <= 1.10,
+                            f"{r:.2f} x best C (best: {fmt_ratio(rb)})"))
             if m:
                 r = j["median"] / m["median"]
                 rb = ratio(j["best"], m["best"])
@@ -370,7 +454,7 @@ def plot(stats, args, path, meta):
             # is left out.
             pts = [(b, stats[(impl, mode, op, b)]["median"]) for b in args.sizes
                    if (impl, mode, op, b) in stats
-                   and stats[(impl, mode, op, b)]["median"] > 0]
+                   and (stats[(impl, mode, op, b)]["median"] or 0) > 0]
             if not pts:
                 continue
             color, marker = style[impl]
@@ -379,7 +463,7 @@ def plot(stats, args, path, meta):
             top.plot(xs, [y * 1e6 for y in ys], ls, color=color, marker=marker,
                      ms=3, lw=1.2, label=LABEL[(impl, mode)])
             rs = [(b, ratio(stats[(impl, mode, op, b)]["median"],
-                            get(stats, "c", "loop", op, b))) for b in xs]
+                            best_c(stats, op, b))) for b in xs]
             rs = [(b, r) for b, r in rs if r is not None and r > 0]
             if rs and impl != "c":
                 bottom.plot(*zip(*rs), ls, color=color, marker=marker, ms=3, lw=1.2)
@@ -404,6 +488,16 @@ def plot(stats, args, path, meta):
     plt.close(fig)
 
 
+def flagged_text(stats):
+    """Series with loop-mode differences <= 0 (left out, not published)."""
+    bad = sorted((k, st) for k, st in stats.items() if st.get("flagged"))
+    if not bad:
+        return ""
+    return "Samples <= 0 left out (a preempted batch of n): " + "; ".join(
+        f"{LABEL.get((k[0], k[1]), k[0] + ' ' + k[1])} {k[2]} {human(k[3])}: "
+        f"{st['flagged']} of {st['flagged'] + st['n']}" for k, st in bad)
+
+
 def markdown_report(stats, args, meta, checks):
     lines = ["# Latest benchmark results", "",
              "Written by `python benchmarks/run.py --publish` (see "
@@ -412,11 +506,21 @@ def markdown_report(stats, args, meta, checks):
              "(marginal cost per iteration), \"call\": one jitted call per op "
              "(dispatch included); C and mpi4py: plain loops.", ""]
     lines += [f"* {k}: {v}" for k, v in meta.items()]
+    lines += ["* C: \"C\" single-threaded (plain MPI_Init), \"C MT\" under "
+              "MPI_THREAD_MULTIPLE (the level mpi4py asks for, so every "
+              "Python-based column's), \"C huge pages\" single-threaded with "
+              "madvise(MADV_HUGEPAGE) on its buffers; all in place where the "
+              "op allows (allreduce: MPI_IN_PLACE, as jaxmpi). Targets are "
+              "judged against the faster of C and C MT (\"best C\")."]
+    lines.append(dispatch_text(stats, args, markdown=True))
     lines.append(table_text(stats, args, markdown=True))
+    if flagged_text(stats):
+        lines += ["", flagged_text(stats)]
     lines += ["", "## From the fastest batches", "",
-              "The same measurements, taking the fastest batch instead of the "
-              "median (loop: fastest batch of 2n minus fastest batch of n "
-              "iterations): the cost when no other process preempts a rank.",
+              "The same measurements, taking the fastest sample instead of the "
+              "median (loop: the smallest positive per-pair difference "
+              "(T(2n) - T(n)) / n; differences <= 0 are flagged and left "
+              "out): the cost when no other process preempts a rank.",
               table_text(stats, args, markdown=True, stat="best")]
     if checks:
         lines += ["", "**Speed targets of jaxmpi (in loop)**", "",
@@ -448,9 +552,9 @@ def parse_args(argv=None):
                    "(default 0.02; --quick 0.005)")
     p.add_argument("--repeats", type=int, help="samples per round (default 5; --quick 3)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--c-thread-level", choices=("multiple", "single"),
-                   default="multiple", help="MPI thread level of the C program "
-                   "(default multiple, as mpi4py and so every Python-based job)")
+    p.add_argument("--no-dispatch", dest="dispatch", action="store_false",
+                   help="skip the dispatch table (one call at a time, waited "
+                   "for, at 4 B; the plain jitted call)")
     p.add_argument("--launcher", help="MPI launcher command (default: the mpiexec "
                    "next to this Python)")
     p.add_argument("--job-timeout", type=int, default=900)
@@ -467,6 +571,7 @@ def parse_args(argv=None):
                    "(exit status 1 if one is missing or fails)")
     args = p.parse_args(argv)
     args.ops = [o for o in args.ops.split(",") if o]
+    args.modes = [m for m in args.modes.split(",") if m]
     bad = [o for o in args.ops if o not in OPS]
     if bad:
         p.error(f"--ops: unknown {bad}; choose from {OPS}")
@@ -507,8 +612,11 @@ def main(argv=None):
         if not available(impl):
             skipped[impl] = "not installed"
             continue
-        if impl == "c":
-            exe, why = build_c(args.outdir)
+        if impl == "plain" and not args.dispatch:
+            continue
+        if impl in C_VARIANTS:
+            if exe is None:
+                exe, why = build_c(args.outdir)
             if not exe:
                 skipped[impl] = why
                 continue
@@ -531,15 +639,21 @@ def main(argv=None):
         log("no results")
         return 1
     stats = aggregate(raw)
+    print(dispatch_text(stats, args))
     print(table_text(stats, args))
+    flagged = flagged_text(stats)
+    if flagged:
+        print("\n" + flagged)
     print("\n(The same, from the fastest batches: the cost without preemption "
           "on a loaded machine)")
     print(table_text(stats, args, stat="best"))
     checks = check_targets(stats, args)
-    if checks:
-        print(f"\nSpeed targets of jaxmpi at {args.ranks} ranks (in loop):")
-        for op, b, t, ok, m in checks:
-            print(f"  {op:9s} {human(b):>7s}  {t:24s} {'met' if ok else 'MISSED':6s}  {m}")
+    print(f"\nSpeed targets of jaxmpi at {args.ranks} ranks (in loop):")
+    for op, b, t, ok, m in checks:
+        print(f"  {op:9s} {human(b):>7s}  {t:24s} {'met' if ok else 'MISSED':6s}  {m}")
+    if not checks:
+        print("  none judged (no sizes with a target, or every jaxmpi loop "
+              "sample flagged)")
 
     data = rows(stats, args)
     csv_path = os.path.join(args.outdir, f"bench-{stamp}-np{args.ranks}.csv")

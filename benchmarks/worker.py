@@ -26,7 +26,11 @@ Modes of the JAX-based implementations:
   call  one jitted call per op, n calls back to back (each taking the
         previous result, except allgather: the same input), then one
         block_until_ready: dispatch included.
-mpi4py runs in mode "loop" (a plain Python loop of n calls).
+  block one jitted call per op, each waited for (block_until_ready): the
+        latency a program pays per jitted step (run.py's dispatch table).
+  eager the op called outside jit, each waited for (jaxmpi, mpi4jax).
+mpi4py runs in mode "loop" (a plain Python loop of n calls). Implementation
+"plain" runs a jitted x + 1 (no communication) in mode "block": the floor.
 
 The protocol is the one of bench_c.c: WARMUP calls, n doubled until a batch
 takes TARGET seconds on the slowest rank, REPEATS samples; a sample is the
@@ -226,6 +230,8 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
                     check(args.impl, op, y, nbytes // 4)
             x0 = make_input(np.ones(xs, np.float32))
             for mode in args.modes:
+                if mode in ("block", "eager") and nbytes not in args.dispatch_sizes:
+                    continue
                 if mode == "loop":
                     def run_batch(n, x0=x0):
                         jloop(x0, np.int32(n)).block_until_ready()
@@ -235,6 +241,25 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
                     iters, samples, pairs = measure(run_batch, args, slope=True)
                     if op == "sendrecv":  # two ops per iteration
                         iters, samples = 2 * iters, [t / 2 for t in samples]
+                elif mode in ("block", "eager"):
+                    # One call at a time, each waited for: the latency a
+                    # program pays per step (dispatch table of run.py).
+                    # "eager": the op called outside jit.
+                    fn = f if mode == "eager" else jcall
+
+                    def run_batch(n, x0=x0, fn=fn):
+                        for _ in range(n):
+                            jax.block_until_ready(fn(x0))
+
+                    try:  # the same on every rank: a library without
+                        run_batch(1)  # eager calls fails on all of them
+                    except Exception as e:  # noqa: BLE001
+                        if RANK == 0:
+                            print(f"worker: {args.impl} {mode} {op}: skipped "
+                                  f"({type(e).__name__}: {e})", file=sys.stderr)
+                        continue
+                    run_batch(max(args.warmup, 2))
+                    iters, samples, pairs = measure(run_batch, args, slope=False)
                 else:
                     def run_batch(n, x0=x0):
                         x = y = x0
@@ -278,6 +303,17 @@ def bench_mpi4jax(args, emit):
     bench_mpi_style(mpi4jax, MPI.COMM_WORLD.Clone(), args, emit)
 
 
+def bench_plain(args, emit):
+    """A jitted call holding no communication (x + 1), the floor of the
+    dispatch table: what any jitted step costs."""
+    import jax
+    import jax.numpy as jnp
+
+    args.modes = [m for m in args.modes if m == "block"]
+    bench_jax_based(args, emit, lambda op: (lambda x: x + 1),
+                    lambda fn, nargs: jax.jit(fn), jnp.asarray, np.asarray)
+
+
 def bench_jaxmpi(args, emit):
     import jaxmpi.notoken
 
@@ -304,6 +340,7 @@ def start_jax_distributed():
 
 
 def bench_jax(args, emit):
+    args.modes = [m for m in args.modes if m != "eager"]  # shard_map only
     start_jax_distributed()
     import jax
     import jax.numpy as jnp
@@ -360,7 +397,7 @@ def bench_jax(args, emit):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--impl", required=True,
-                   choices=("mpi4py", "mpi4jax", "jaxmpi", "jax"))
+                   choices=("mpi4py", "mpi4jax", "jaxmpi", "jax", "plain"))
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--sizes", required=True, help="bytes, comma-separated")
     p.add_argument("--modes", default="loop,call")
@@ -368,6 +405,8 @@ def main():
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--round", type=int, default=0)
+    p.add_argument("--dispatch-sizes", default="4",
+                   help="sizes (bytes) at which modes block and eager run")
     p.add_argument("--check", action="store_true",
                    help="first compare each op's result with NumPy's")
     p.add_argument("--out", required=True)
@@ -375,6 +414,7 @@ def main():
     args.ops = [o for o in args.ops.split(",") if o]
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
     args.modes = [m for m in args.modes.split(",") if m]
+    args.dispatch_sizes = {int(s) for s in args.dispatch_sizes.split(",") if s}
     bad = [o for o in args.ops if o not in OPS]
     if bad:
         p.error(f"--ops: unknown op(s) {bad}; choose from {OPS}")
@@ -394,7 +434,8 @@ def main():
             out.flush()
 
     {"mpi4py": bench_mpi4py, "mpi4jax": bench_mpi4jax,
-     "jaxmpi": bench_jaxmpi, "jax": bench_jax}[args.impl](args, emit)
+     "jaxmpi": bench_jaxmpi, "jax": bench_jax,
+     "plain": bench_plain}[args.impl](args, emit)
     if out:
         out.close()
     WORLD.Barrier()

@@ -16,6 +16,7 @@ from jax._src import core as _jcore
 from mpi4py import MPI
 
 from . import _core
+from . import _eager
 from . import _ops
 from . import _validate as v
 
@@ -131,6 +132,11 @@ def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
         raise ValueError(
             f"allreduce: adjoint={adjoint!r} must be 'replicated' or 'sum'")
     info, x, opinfo = _reduction("allreduce", x, op, comm, token)
+    if _jcore.trace_state_clean() and _eager.usable(x):
+        y = _eager.allreduce(x, opinfo.handle,
+                             v.default_comm() if comm is None else comm)
+        if y is not None:
+            return y
     return _ops.allreduce_p.bind(x, comm=info, op=opinfo, adjoint=adjoint)[0]
 
 

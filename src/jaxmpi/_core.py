@@ -302,8 +302,10 @@ def check_thread_level() -> None:
         )
     if provided < MPI.THREAD_MULTIPLE:
         warnings.warn(
-            "MPI provides MPI_THREAD_SERIALIZED only: jaxmpi is safe as long as "
-            "no other thread calls MPI while jitted jaxmpi code runs.",
+            "MPI provides MPI_THREAD_SERIALIZED only: jaxmpi takes its calls "
+            "from one Python thread (it refuses a second one) and is safe as "
+            "long as your own MPI calls wait for jitted jaxmpi work "
+            "(jax.effects_barrier()).",
             RuntimeWarning,
             stacklevel=3,
         )

@@ -21,7 +21,7 @@ def test_quick_benchmark_runs_and_writes_results(tmp_path):
         del env[k]
     env.update(san_env())
     cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "run.py"), "--quick",
-           "--ranks", "2", "--impls", "c,mpi4py,jaxmpi", "--require", "mpi4py,jaxmpi",
+           "--ranks", "2", "--impls", "c,c_mt,mpi4py,jaxmpi,plain", "--require", "mpi4py,jaxmpi",
            "--sizes", ",".join(map(str, SIZES)), "--repeats", "1", "--target", "0.001",
            "--warmup", "1", "--check", "--no-plot", "--outdir", str(tmp_path),
            "--launcher", shlex.join(launcher())]
@@ -34,12 +34,20 @@ def test_quick_benchmark_runs_and_writes_results(tmp_path):
     got = {(r["impl"], r["mode"], r["op"], int(r["bytes"])) for r in rows}
     impls = [("mpi4py", "loop"), ("jaxmpi", "loop"), ("jaxmpi", "call")]
     if "skipping c" not in out:
-        impls.append(("c", "loop"))
+        impls += [("c", "loop"), ("c_mt", "loop")]
     want = {(i, m, op, b) for i, m in impls for op in OPS for b in SIZES}
     assert want <= got, (sorted(want - got), out[-4000:])
     for r in rows:
         assert int(r["ranks"]) == 2
-        assert math.isfinite(float(r["median_us"])), r
+        if int(r["samples"]):
+            assert math.isfinite(float(r["median_us"])), r
+            assert float(r["best_us"]) > 0, r  # the estimator is bounded
+        else:  # every sample <= 0 (a preempted batch): flagged, no time
+            assert int(r["flagged"]) > 0 and r["median_us"] == "", r
+    # The dispatch table: one call at a time at 4 B, jitted and eager.
+    for key in [("plain", "block"), ("jaxmpi", "block"), ("jaxmpi", "eager")]:
+        assert (*key, "allreduce", 4) in got, (key, out[-4000:])
+    assert "Dispatch at 2 ranks" in out, out[-4000:]
     # The tables and the speed-target summary are printed.
     assert "allreduce at 2 ranks: median time per op in us" in out, out[-4000:]
     assert "Speed targets of jaxmpi at 2 ranks" in out, out[-4000:]

@@ -53,7 +53,8 @@ def test_diagnostics(mpirun):
     job = mpirun(1, "-m", "jaxmpi")
     assert job.returncode == 0, job
     for field in ("MPI vendor", "MPI library", "ABI", "CUDA built",
-                  "MPI CUDA-aware", "JAX", "thread level"):
+                  "MPI CUDA-aware", "JAX", "thread level",
+                  "fastest safe level"):
         assert field in job.stdout, job
 
 
