@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import hashlib
 
-from jax._src import core as _jcore
-from jax._src import effects
-from jax.interpreters import mlir
-
-abstract_token = _jcore.abstract_token
+from . import _jax_compat as _compat
+from ._jax_compat import Effect, abstract_token, mlir
 
 
-class MPIEffect(effects.Effect):
+class MPIEffect(Effect):
     """All jaxmpi calls of a program, in order."""
 
     # The same hash in every process (persistent compilation caches key on it).
@@ -35,16 +32,15 @@ class MPIEffect(effects.Effect):
 
 mpi_effect = MPIEffect()
 
-for _set in (
-    "ordered_effects",
-    "lowerable_effects",
-    "control_flow_allowed_effects",
-    "custom_derivatives_allowed_effects",
-    "remat_allowed_effects",
-    "partial_eval_kept_effects",  # JAX >= 0.6.2: keep ops whose results are unused
+for _registry in (
+    _compat.ordered_effects,
+    _compat.lowerable_effects,
+    _compat.control_flow_allowed_effects,
+    _compat.custom_derivatives_allowed_effects,
+    _compat.remat_allowed_effects,
+    _compat.partial_eval_kept_effects,  # keep ops whose results are unused
 ):
-    if hasattr(effects, _set):
-        getattr(effects, _set).add_type(MPIEffect)
+    _registry.add_type(MPIEffect)
 
 
 def lower_with_token(ctx, rule, *operands, **attrs):
