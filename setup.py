@@ -50,6 +50,16 @@ class build_shared_libraries(build_ext):
     def get_export_symbols(self, ext):
         return ext.export_symbols  # no PyInit_<name>: not a Python module
 
+    def run(self):
+        # A build tree from before the libraries lost their tag still holds
+        # _core_<family>.cpython-*.so, which would ship next to ours.
+        ours = {self.get_ext_fullpath(ext.name) for ext in self.extensions}
+        stale = glob.glob(os.path.join(self.build_lib, "jaxmpi", "_core_*.so"))
+        for path in stale:
+            if path not in ours:
+                os.remove(path)
+        super().run()
+
 
 cmdclass = {"build_ext": build_shared_libraries}
 if bdist_wheel is not None:
