@@ -1,0 +1,82 @@
+"""MkDocs hooks for jaxmpi's site (mkdocs.yml): pages that live outside docs/.
+
+benchmarks/README.md, benchmarks/RESULTS.md and their CSV files, and
+CHANGELOG.md, are published from where they are in the repository, not
+copied into docs/. Their links, and the links of docs/*.md to them, are
+written as repository paths (so that they work on a code host too); here
+they become site paths. A link to a repository file the site does not
+publish is left as it is, so that ``mkdocs build --strict`` reports it.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import posixpath
+import re
+
+from mkdocs.structure.files import File
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# repository path -> site path, for files outside docs/
+EXTRA = {"CHANGELOG.md": "changelog.md"}
+for _path in sorted(glob.glob(os.path.join(ROOT, "benchmarks", "*"))):
+    _rel = os.path.relpath(_path, ROOT).replace(os.sep, "/")
+    if _rel.endswith((".md", ".csv", ".png")):
+        EXTRA[_rel] = _rel
+SITE_TO_REPO = {site: repo for repo, site in EXTRA.items()}
+
+
+
+class _ComputedAll(logging.Filter):
+    """jaxmpi.__all__ is computed from the list of operations, which griffe
+    (reading the source, not importing it) cannot follow: it warns and keeps
+    the string entries. docs/api.md names every member it documents, so the
+    warning is not a gap in the site; any other warning still fails --strict."""
+
+    def filter(self, record):
+        msg = record.getMessage()
+        return not ("Unsupported item in jaxmpi" in msg and "__all__" in msg)
+
+
+logging.getLogger("mkdocs.plugins.griffe").addFilter(_ComputedAll())
+
+_LINK = re.compile(r"(\]\()([^)#\s]+)((?:#[^)\s]*)?\))")
+
+
+def on_files(files, config):
+    for repo, site in EXTRA.items():
+        files.append(File.generated(config, site, abs_src_path=os.path.join(ROOT, repo)))
+    return files
+
+
+def _repo_path(page_src: str) -> str:
+    return SITE_TO_REPO.get(page_src, "docs/" + page_src)
+
+
+def _site_path(repo_path: str):
+    if repo_path in EXTRA:
+        return EXTRA[repo_path]
+    if repo_path.startswith("docs/"):
+        return repo_path[len("docs/"):]
+    return None
+
+
+def on_page_markdown(markdown, page, config, files):
+    page_repo = _repo_path(page.file.src_uri)
+    page_site = page.file.src_uri
+
+    def fix(m):
+        target = m.group(2)
+        if "://" in target or target.startswith(("/", "mailto:")):
+            return m.group(0)
+        repo_target = posixpath.normpath(posixpath.join(posixpath.dirname(page_repo), target))
+        site_target = _site_path(repo_target)
+        if site_target is None:
+            return m.group(0)
+        rel = posixpath.relpath(site_target, posixpath.dirname(page_site) or ".")
+        return m.group(1) + rel + m.group(3)
+
+    return _LINK.sub(fix, markdown)
