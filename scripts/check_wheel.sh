@@ -8,7 +8,8 @@
 #
 # OUTDIR receives the sdist and the manylinux wheel (other CI configurations
 # install that wheel), and the venvs (OUTDIR/venv-<version>).
-# JAXMPI_SETUPTOOLS: setuptools for the build (default 64.0.0).
+# JAXMPI_SETUPTOOLS: setuptools for the build (default 64.0.0);
+# JAXMPI_REUSE_WHEEL=1: check the wheel already in OUTDIR/dist, if any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -19,9 +20,13 @@ TESTS=(tests/mpi/test_p2p.py tests/mpi/test_ordering.py tests/mpi/test_in_place.
 log() { printf '\n=== [%s] %s\n' "$(date +%T)" "$*"; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
-log "sdist and wheel (scripts/build_wheel.sh, setuptools ${JAXMPI_SETUPTOOLS:-64.0.0})"
-JAXMPI_SETUPTOOLS=${JAXMPI_SETUPTOOLS:-64.0.0} JAXMPI_TOOLS_VENV="$OUT/tools-venv" \
-  scripts/build_wheel.sh "$OUT/dist"
+if [ "${JAXMPI_REUSE_WHEEL:-0}" = 1 ] && ls "$OUT"/dist/jaxmpi-*.whl >/dev/null 2>&1; then
+  log "reusing the wheel in $OUT/dist (JAXMPI_REUSE_WHEEL=1)"
+else
+  log "sdist and wheel (scripts/build_wheel.sh, setuptools ${JAXMPI_SETUPTOOLS:-64.0.0})"
+  JAXMPI_SETUPTOOLS=${JAXMPI_SETUPTOOLS:-64.0.0} JAXMPI_TOOLS_VENV="$OUT/tools-venv" \
+    scripts/build_wheel.sh "$OUT/dist"
+fi
 whl=$(ls "$OUT"/dist/jaxmpi-*-py3-none-manylinux_*.whl)
 sdist=$(ls "$OUT"/dist/jaxmpi-*.tar.gz)
 
