@@ -21,12 +21,11 @@ import functools as _functools
 from mpi4py import MPI as _MPI  # initialises MPI first
 
 import jax as _jax
-from jax._src import core as _jcore
 
 from . import _api, _core, _effect, _faults, _validate
+from . import _jax_compat as _jcore
 from ._core import MPIConfigurationError
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 _core.check_thread_level()
 _core.get().register_ffi_targets((*_api.OPERATIONS, "join_token"))

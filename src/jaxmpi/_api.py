@@ -12,11 +12,11 @@ must be static Python ints.
 from __future__ import annotations
 
 import numpy as np
-from jax._src import core as _jcore
 from mpi4py import MPI
 
 from . import _core
 from . import _eager
+from . import _jax_compat as _jcore
 from . import _ops
 from . import _validate as v
 

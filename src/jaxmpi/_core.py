@@ -12,7 +12,6 @@ MPI changes, no ABI mismatch between build and run.
 from __future__ import annotations
 
 import ctypes
-import glob
 import os
 import warnings
 
@@ -57,13 +56,15 @@ def abi_family() -> str:
 
 
 def _load_library(family: str) -> ctypes.CDLL:
-    candidates = sorted(glob.glob(os.path.join(_HERE, f"_core_{family}*.so")))
-    if not candidates:
+    # A plain shared library (no Python C API, no interpreter tag in its
+    # name): one wheel serves every CPython.
+    path = os.path.join(_HERE, f"_core_{family}.so")
+    if not os.path.exists(path):
         raise MPIConfigurationError(
             f"jaxmpi has no C core for the {family!r} MPI ABI in {_HERE}; "
             "reinstall jaxmpi (pip install --force-reinstall jaxmpi)"
         )
-    return ctypes.CDLL(candidates[0])
+    return ctypes.CDLL(path)
 
 
 def _declare(lib: ctypes.CDLL) -> None:

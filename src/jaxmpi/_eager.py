@@ -30,11 +30,11 @@ from __future__ import annotations
 import os
 
 import numpy as np
-from jax._src import dispatch
-from jax._src.lib import xla_client as xc
 from mpi4py import MPI
 
 from . import _core, _dtypes
+from ._jax_compat import dispatch
+from ._jax_compat import xla_client as xc
 from ._effect import mpi_effect
 from ._threads import guard
 

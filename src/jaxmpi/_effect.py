@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import hashlib
 
-from jax._src import core as _jcore
-from jax._src import effects
-from jax.interpreters import mlir
-
-abstract_token = _jcore.abstract_token
+from . import _jax_compat as _compat
+from ._jax_compat import Effect, abstract_token, mlir
 
 
-class MPIEffect(effects.Effect):
+class MPIEffect(Effect):
     """All jaxmpi calls of a program, in order."""
 
     # The same hash in every process (persistent compilation caches key on it).
@@ -35,16 +32,15 @@ class MPIEffect(effects.Effect):
 
 mpi_effect = MPIEffect()
 
-for _set in (
-    "ordered_effects",
-    "lowerable_effects",
-    "control_flow_allowed_effects",
-    "custom_derivatives_allowed_effects",
-    "remat_allowed_effects",
-    "partial_eval_kept_effects",  # JAX >= 0.6.2: keep ops whose results are unused
+for _registry in (
+    _compat.ordered_effects,
+    _compat.lowerable_effects,
+    _compat.control_flow_allowed_effects,
+    _compat.custom_derivatives_allowed_effects,
+    _compat.remat_allowed_effects,
+    _compat.partial_eval_kept_effects,  # keep ops whose results are unused
 ):
-    if hasattr(effects, _set):
-        getattr(effects, _set).add_type(MPIEffect)
+    _registry.add_type(MPIEffect)
 
 
 def lower_with_token(ctx, rule, *operands, **attrs):
@@ -83,7 +79,7 @@ def _jaxmpi_calls(jaxpr, found, depth=0):
             name = eqn.primitive.name[len("jaxmpi_"):]
             if name not in found:
                 found.append(name)
-        subs = getattr(_jcore, "jaxprs_in_params", None)
+        subs = _compat.jaxprs_in_params
         for sub in (subs(eqn.params) if subs else ()):
             _jaxmpi_calls(sub, found, depth + 1)
     return found
@@ -114,10 +110,7 @@ def install_multi_device_error():
     runs between, so the function that raises it is wrapped. Only that
     error is touched; anything else (and a JAX without that function)
     passes through unchanged."""
-    try:
-        from jax._src.interpreters import pxla
-    except ImportError:  # pragma: no cover - other JAX layouts
-        return
+    pxla = _compat.pxla
     inner = getattr(pxla, "_cached_lowering_to_hlo", None)
     if inner is None or getattr(inner, "_jaxmpi_wrapped", False):
         return
@@ -130,7 +123,7 @@ def install_multi_device_error():
 
         jaxpr, devices = None, None
         for a in (*args, *kwargs.values()):
-            if jaxpr is None and isinstance(a, _jcore.ClosedJaxpr):
+            if jaxpr is None and isinstance(a, _compat.ClosedJaxpr):
                 jaxpr = a
             if devices is None and isinstance(a, (tuple, list)) and a and all(
                     isinstance(d, jax.Device) for d in a):
@@ -174,7 +167,7 @@ def install_multi_device_error():
 
 
 def _install_token_fastpath() -> bool:
-    from jax._src import dispatch
+    dispatch = _compat.dispatch
 
     cls = getattr(dispatch, "RuntimeTokenSet", None)
     orig = getattr(cls, "get_token_input", None)

@@ -20,13 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax._src import dispatch
-from jax._src.interpreters import ad, batching
-from jax.core import ShapedArray
-from jax.extend.core import Primitive
-from jax.interpreters import mlir
 from mpi4py import MPI
 
+from ._jax_compat import Primitive, ShapedArray, ad, apply_primitive, batching, mlir
 from ._effect import join_token_lowering, lower_with_token, mpi_effect
 from ._validate import reserved_tag_bit
 
@@ -69,7 +65,7 @@ def _define(name: str, shape_rule, aliases=None) -> Primitive:
     that, for ops whose shapes differ between ranks)."""
     prim = Primitive(f"jaxmpi_{name}")
     prim.multiple_results = True
-    prim.def_impl(partial(dispatch.apply_primitive, prim))
+    prim.def_impl(partial(apply_primitive, prim))
     prim.def_effectful_abstract_eval(
         lambda *avals, **params: (shape_rule(*avals, **params), {mpi_effect})
     )
@@ -518,7 +514,7 @@ batching.primitive_batchers[sendrecv_p] = _sendrecv_batcher
 # ---- join_token: order later calls after a user-supplied token ------------
 join_token_p = Primitive("jaxmpi_join_token")
 join_token_p.multiple_results = True
-join_token_p.def_impl(partial(dispatch.apply_primitive, join_token_p))
+join_token_p.def_impl(partial(apply_primitive, join_token_p))
 join_token_p.def_effectful_abstract_eval(lambda token: ([], {mpi_effect}))
 for _platform in LOWERING_PLATFORMS:
     mlir.register_lowering(join_token_p, join_token_lowering, platform=_platform)

@@ -11,9 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from mpi4py import MPI
 
-from jax._src import core as _jcore
-
 from . import _dtypes
+from . import _jax_compat as _jcore
 from ._effect import abstract_token
 
 

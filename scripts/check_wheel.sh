@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The release check (CI's wheel configuration): build the sdist, the wheel
+# from it with the oldest setuptools pyproject.toml allows, check both, then
+# install the wheel into a fresh virtual environment per Python version with
+# no C compiler on PATH and run a few test files at 2 ranks.
+#
+#   scripts/check_wheel.sh OUTDIR [PYTHON_VERSION...]    default: 3.11 3.12
+#
+# OUTDIR receives the sdist and the manylinux wheel (other CI configurations
+# install that wheel), and the venvs (OUTDIR/venv-<version>).
+# JAXMPI_SETUPTOOLS: setuptools for the build (default 64.0.0);
+# JAXMPI_REUSE_WHEEL=1: check the wheel already in OUTDIR/dist, if any.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=$(mkdir -p "$1" && cd "$1" && pwd)
+shift
+VERSIONS=("$@")
+[ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(3.11 3.12)
+TESTS=(tests/mpi/test_p2p.py tests/mpi/test_ordering.py tests/mpi/test_in_place.py)
+log() { printf '\n=== [%s] %s\n' "$(date +%T)" "$*"; }
+fail() { echo "FAILED: $*" >&2; exit 1; }
+
+if [ "${JAXMPI_REUSE_WHEEL:-0}" = 1 ] && ls "$OUT"/dist/jaxmpi-*.whl >/dev/null 2>&1; then
+  log "reusing the wheel in $OUT/dist (JAXMPI_REUSE_WHEEL=1)"
+else
+  log "sdist and wheel (scripts/build_wheel.sh, setuptools ${JAXMPI_SETUPTOOLS:-64.0.0})"
+  JAXMPI_SETUPTOOLS=${JAXMPI_SETUPTOOLS:-64.0.0} JAXMPI_TOOLS_VENV="$OUT/tools-venv" \
+    scripts/build_wheel.sh "$OUT/dist"
+fi
+whl=$(ls "$OUT"/dist/jaxmpi-*-py3-none-manylinux_*.whl)
+sdist=$(ls "$OUT"/dist/jaxmpi-*.tar.gz)
+
+log "what the artifacts hold"
+version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' src/jaxmpi/_version.py)
+case "$(basename "$whl")" in
+  "jaxmpi-$version-py3-none-manylinux_"*) ;;
+  *) fail "wheel $(basename "$whl") is not jaxmpi-$version-py3-none-manylinux_*" ;;
+esac
+wheel_files=$(unzip -Z1 "$whl")
+sdist_files=$(tar tzf "$sdist")
+for family in mpich openmpi mpiabi; do
+  grep -qx "jaxmpi/_core_$family.so" <<<"$wheel_files" || fail "no jaxmpi/_core_$family.so in the wheel"
+done
+grep -q "cpython\|abi3" <<<"$wheel_files" && fail "a library tied to one Python in the wheel"
+grep -qE "dist-info/(licenses/)?LICENSE$" <<<"$wheel_files" || fail "no LICENSE in the wheel"
+grep -qx "jaxmpi-$version/LICENSE" <<<"$sdist_files" || fail "no LICENSE in the sdist"
+for h in csrc/*.h csrc/abi/*.h csrc/*.c; do
+  grep -qx "jaxmpi-$version/$h" <<<"$sdist_files" || fail "$h not in the sdist"
+done
+echo "wheel $(basename "$whl"): the three cores, LICENSE; sdist: sources, headers, LICENSE"
+
+for v in "${VERSIONS[@]}"; do
+  venv="$OUT/venv-$v"
+  rm -rf "$venv"
+  log "Python $v: the wheel into a fresh $venv, no compiler on PATH"
+  JAXMPI_PYTHON=$v JAXMPI_WHEEL=$whl JAXMPI_NO_COMPILER=1 JAXMPI_VENV=$venv ./run setup
+  # The installed version is the one the sources state, and importing
+  # jaxmpi raises no DeprecationWarning of the JAX it got.
+  (cd / && JAX_PLATFORMS=cpu "$venv/bin/python" -W error::DeprecationWarning -c "
+import jaxmpi, sys
+assert jaxmpi.__version__ == '$version', jaxmpi.__version__
+print('import jaxmpi', jaxmpi.__version__, 'from', jaxmpi.__file__, 'on Python', sys.version.split()[0])
+") || fail "import jaxmpi on Python $v"
+  log "Python $v: ${TESTS[*]} on 2 ranks"
+  JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=1 \
+    timeout --foreground -k 10 900 "$venv/bin/mpiexec" -n 2 "$venv/bin/python" \
+    -m pytest -q -x "${TESTS[@]}" -p no:cacheprovider --timeout-method=thread --timeout=300 \
+    || fail "tests on Python $v"
+done
+log "the wheel passed on Python ${VERSIONS[*]}"

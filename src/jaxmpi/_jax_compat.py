@@ -1,0 +1,63 @@
+"""Every piece of JAX that jaxmpi uses beyond ``jax``, ``jax.numpy``,
+``jax.lax`` and ``jax.ffi``, imported here and nowhere else.
+
+Public names where JAX has them (``jax.extend.core``, ``jax.core``,
+``jax.interpreters.ad``/``batching``/``mlir``); the rest comes from
+``jax._src`` because JAX has no public name for it. Version switches live
+here only. Checked against JAX 0.6.2 (the oldest pyproject.toml allows),
+0.10.2 and 0.12.0.1, with ``-W error::DeprecationWarning``
+(tests/launch/test_packaging.py).
+"""
+
+from __future__ import annotations
+
+# Public.
+from jax.core import ShapedArray, Tracer
+from jax.extend.core import AbstractToken, ClosedJaxpr, Primitive, Token
+from jax.interpreters import ad, batching, mlir
+
+# No public name in any JAX we support:
+# - the effect registries (which effect types may be ordered, lowered, used
+#   in control flow, custom derivatives and remat, kept by partial eval);
+from jax._src import effects as _effects
+# - the eager implementation of a primitive (bind outside any trace);
+from jax._src.dispatch import apply_primitive
+# - whether any trace (jit, grad, vmap) is active; jax.core's alias was
+#   deprecated in 0.6 and removed;
+from jax._src.core import trace_state_clean
+# - the abstract value of a token: jax.extend.core has the class
+#   (AbstractToken) but not the instance that token avals are (jaxmpi checks
+#   identity, as JAX does).
+from jax._src.core import abstract_token
+# - the jaxprs inside an equation's parameters (a loop's body, a cond's
+#   branches), to name the jaxmpi calls of a program in errors;
+from jax._src.core import jaxprs_in_params
+# - JAX's dispatch internals: the per-thread runtime tokens of ordered
+#   effects (RuntimeTokenSet: jaxmpi hands a one-device token on as it is,
+#   and eager calls wait on it), and the lowering function that raises the
+#   several-devices error jaxmpi rewords;
+from jax._src import dispatch
+from jax._src.interpreters import pxla
+# - making a jax Array from a host buffer without a trace (the eager path).
+from jax._src.lib import xla_client
+
+try:  # jax.extend.core.Effect: newer than JAX 0.6.2
+    from jax.extend.core import Effect
+except ImportError:  # JAX 0.6
+    Effect = _effects.Effect
+
+ordered_effects = _effects.ordered_effects
+lowerable_effects = _effects.lowerable_effects
+control_flow_allowed_effects = _effects.control_flow_allowed_effects
+custom_derivatives_allowed_effects = _effects.custom_derivatives_allowed_effects
+remat_allowed_effects = _effects.remat_allowed_effects
+partial_eval_kept_effects = _effects.partial_eval_kept_effects
+
+__all__ = [
+    "AbstractToken", "ClosedJaxpr", "Effect", "Primitive", "dispatch",
+    "jaxprs_in_params", "pxla", "xla_client", "ShapedArray", "Token", "Tracer", "abstract_token",
+    "ad", "apply_primitive", "batching", "control_flow_allowed_effects",
+    "custom_derivatives_allowed_effects", "lowerable_effects", "mlir",
+    "ordered_effects", "partial_eval_kept_effects", "remat_allowed_effects",
+    "trace_state_clean",
+]
