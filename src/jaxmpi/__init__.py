@@ -182,14 +182,8 @@ def get_default_comm():
     ``MPI.ERRORS_RETURN``: jaxmpi's messages never match the program's own
     mpi4py messages on ``COMM_WORLD``.
 
-    Args:
-        None.
-
     Returns:
         mpi4py.MPI.Intracomm: the default communicator.
-
-    Raises:
-        Nothing.
 
     Example:
         ::

@@ -818,15 +818,9 @@ def has_cuda_support() -> bool:
     plugin are present (see docs/gpu.md). Like mpi4jax's, this says nothing
     of whether a GPU is visible: ``python -m jaxmpi`` shows the driver.
 
-    Args:
-        None.
-
     Returns:
         bool: True if the CUDA handlers are built in (they always are: the
         core needs no CUDA toolkit to build them).
-
-    Raises:
-        Nothing.
 
     Example:
         ::
