@@ -16,13 +16,14 @@ from mpi4py import MPI as _MPI  # initialises MPI first
 import jax as _jax
 from jax._src import core as _jcore
 
-from . import _api, _core, _faults, _validate
+from . import _api, _core, _faults, _nonblocking, _validate
 from ._core import MPIConfigurationError
 
 __version__ = "0.1.0"
 
 _core.check_thread_level()
 _core.get().register_ffi_targets((*_api.OPERATIONS, "join_token"))
+_core.get().register_cpu_targets((*_nonblocking.OPERATIONS, "wait"))
 
 # jaxmpi's own communicator: its traffic never meets the user's mpi4py traffic.
 _default_comm = _MPI.COMM_WORLD.Clone()
@@ -76,6 +77,19 @@ send = _with_token(_api.send)
 sendrecv = _with_token(_api.sendrecv)
 has_cuda_support = _api.has_cuda_support
 
+# Non-blocking operations (docs/nonblocking.md): each returns
+# ``(request, token)``; ``wait`` returns ``(result, token)`` (``token`` alone
+# for isend and ibarrier), ``waitall`` ``(results, token)``.
+Request = _nonblocking.Request
+isend = _with_token(_nonblocking.isend)
+irecv = _with_token(_nonblocking.irecv)
+isendrecv = _with_token(_nonblocking.isendrecv)
+iallreduce = _with_token(_nonblocking.iallreduce)
+ibcast = _with_token(_nonblocking.ibcast)
+ibarrier = _with_token(_nonblocking.ibarrier)
+wait = _with_token(_nonblocking.wait)
+waitall = _with_token(_nonblocking.waitall)
+
 
 def set_check(on: bool = True) -> None:
     """Turn cross-rank checks on or off (default: ``JAXMPI_CHECK``).
@@ -111,7 +125,8 @@ def get_default_comm():
 
 
 __all__ = [
-    *_api.OPERATIONS, "has_cuda_support", "get_default_comm", "set_check",
+    *_api.OPERATIONS, *_nonblocking.OPERATIONS, "wait", "waitall", "Request",
+    "has_cuda_support", "get_default_comm", "set_check",
     "set_timeout",
     "MPIConfigurationError", "notoken",
 ]

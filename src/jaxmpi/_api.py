@@ -18,9 +18,11 @@ from mpi4py import MPI
 from . import _core
 from . import _ops
 from . import _validate as v
+from ._nonblocking import check_no_leaks
 
 
 def _begin(fn, comm, token):
+    check_no_leaks(fn)
     info = v.comm_info(comm, fn)
     tok = v.token_arg(token, fn)
     return info, tok

@@ -21,7 +21,21 @@ from ._api import (  # noqa: F401
     sendrecv,
 )
 
+from ._nonblocking import (  # noqa: F401
+    Request,
+    iallreduce,
+    ibarrier,
+    ibcast,
+    irecv,
+    isend,
+    isendrecv,
+    wait,
+    waitall,
+)
+
 __all__ = [
+    "Request", "iallreduce", "ibarrier", "ibcast", "irecv", "isend",
+    "isendrecv", "wait", "waitall",
     "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
     "has_cuda_support", "neighbor_exchange", "recv", "reduce", "scan", "scatter", "send", "sendrecv",
 ]
