@@ -130,6 +130,8 @@ class Request:
 
 def _flatten(req):
     if not _jcore.trace_state_clean():
+        # The trace fails: nothing of it runs, so nothing is left in flight.
+        req._state.waited = True
         raise TypeError(
             f"{_describe(req._state)} cannot leave the function that started "
             "it (returned from jit, or passed into an inner jit, loop body or "
@@ -744,6 +746,7 @@ def wait(request, *, token=None):
     clean = _jcore.trace_state_clean()
     current = None if clean else _jcore.trace_ctx.trace
     if current is not state.trace:
+        state.waited = True  # the trace fails: nothing of it runs
         raise RuntimeError(
             f"jaxmpi.wait: {_describe(state)} must be waited in the function "
             "that started it (the same jit, loop body, cond branch or "
