@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <sched.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -461,6 +462,179 @@ XLA_FFI_Error *jm_run_ibarrier(jm_call *c) {
   double t0 = jm_log_start();
   int rc = jm_mpi.Ibarrier(c->comm, &r->reqs[0]);
   r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+static XLA_FFI_Error *over_limit(jm_call *c, int64_t n) {
+  return jm_error(c, XLA_FFI_Error_Code_UNIMPLEMENTED,
+                  "%lld elements per rank exceed the count limit %lld of the "
+                  "non-blocking form (use the blocking operation)",
+                  (long long)n, (long long)jm_count.limit);
+}
+
+XLA_FFI_Error *jm_run_ireduce(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[1];
+  JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
+            "result must match the input's shape and dtype");
+  if (too_many(x->count)) return too_many_chunks(c, x->count);
+  int root = c->rank == c->root;
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Ireduce", "root", c->root);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, y->data);
+  /* y is x's buffer (aliased): the root reduces in place; elsewhere it is
+   * only sent from, and the result is x passed through, as reduce does. */
+  const void *s = root && x->count ? jm_const.in_place : y->data;
+  double t0 = jm_log_start();
+  int rc = 0;
+  JM_CHUNKS(r, x->count, x->elsize,
+            jm_mpi.Ireduce(offset(s, off, x->elsize),
+                           root ? (void *)offset(y->data, off, x->elsize)
+                                : NULL,
+                           cn, x->mpi, c->op, c->root, c->comm, rq));
+  return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_iscan(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[1];
+  JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
+            "result must match the input's shape and dtype");
+  if (too_many(x->count)) return too_many_chunks(c, x->count);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Iscan", NULL, 0);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, y->data);
+  const void *s = x->data == y->data && x->count ? jm_const.in_place : x->data;
+  double t0 = jm_log_start();
+  int rc = 0;
+  JM_CHUNKS(r, x->count, x->elsize,
+            jm_mpi.Iscan(offset(s, off, x->elsize),
+                         (void *)offset(y->data, off, x->elsize), cn, x->mpi,
+                         c->op, c->comm, rq));
+  return post(c, r, rc, t0);
+}
+
+/* gather: the root's results [xs (x's own buffer), y (size blocks)];
+ * elsewhere [y] (x's buffer, sent from and passed through). */
+XLA_FFI_Error *jm_run_igather(jm_call *c) {
+  int root = c->rank == c->root;
+  JM_EXPECT(c, c->nrets == (root ? 3 : 2), "expected %d results, got %d",
+            root ? 3 : 2, c->nrets);
+  jm_buffer *x = &c->ret[1], *y = &c->ret[root ? 2 : 1];
+  JM_EXPECT(c, x->dtype == y->dtype &&
+                   y->count == (root ? c->size : 1) * x->count,
+            "result must hold %s", root ? "size copies of x" : "x");
+  if (x->count > jm_count.limit) return over_limit(c, x->count);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Igather", "root", c->root);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, x->data);
+  if (root) keep(r, y->data);
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Igather(x->data, (int)x->count, x->mpi,
+                          root ? y->data : NULL, (int)x->count, x->mpi,
+                          c->root, c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+/* scatter: the root's results [xs (x's own buffer), y (one block)];
+ * elsewhere [y] (the template's buffer). */
+XLA_FFI_Error *jm_run_iscatter(jm_call *c) {
+  int root = c->rank == c->root;
+  JM_EXPECT(c, c->nrets == (root ? 3 : 2), "expected %d results, got %d",
+            root ? 3 : 2, c->nrets);
+  jm_buffer *x = &c->ret[1], *y = &c->ret[root ? 2 : 1];
+  JM_EXPECT(c, x->dtype == y->dtype &&
+                   x->count == (root ? c->size : 1) * y->count,
+            "the root's x must hold size blocks of the result");
+  if (y->count > jm_count.limit) return over_limit(c, y->count);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Iscatter", "root", c->root);
+  if (err) return err;
+  r->collective = 1;
+  if (root) keep(r, x->data);
+  keep(r, y->data);
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Iscatter(root ? x->data : NULL, (int)y->count, y->mpi,
+                           y->data, (int)y->count, y->mpi, c->root, c->comm,
+                           &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+static XLA_FFI_Error *all_to_all(jm_call *c, int gather) {
+  jm_buffer *x = &c->ret[1], *y = &c->ret[2];
+  int64_t block = gather ? x->count : x->count / (c->size ? c->size : 1);
+  JM_EXPECT(c, x->dtype == y->dtype &&
+                   y->count == (gather ? c->size * x->count : x->count) &&
+                   (gather || block * c->size == x->count) &&
+                   x->data != y->data,
+            "buffers do not match the communicator's size");
+  if (block > jm_count.limit) return over_limit(c, block);
+  jm_req *r;
+  XLA_FFI_Error *err =
+      begin(c, &r, gather ? "MPI_Iallgather" : "MPI_Ialltoall", NULL, 0);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, x->data);
+  keep(r, y->data);
+  double t0 = jm_log_start();
+  int rc = gather ? jm_mpi.Iallgather(x->data, (int)block, x->mpi, y->data,
+                                      (int)block, x->mpi, c->comm, &r->reqs[0])
+                  : jm_mpi.Ialltoall(x->data, (int)block, x->mpi, y->data,
+                                     (int)block, x->mpi, c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_iallgather(jm_call *c) { return all_to_all(c, 1); }
+XLA_FFI_Error *jm_run_ialltoall(jm_call *c) { return all_to_all(c, 0); }
+
+/* Pair i sends xs[i] to dests[i] and receives ys[i] from sources[i], both
+ * with tag + i. Results [xs' (the sends' own buffers), ys]. */
+XLA_FFI_Error *jm_run_ineighbor_exchange(jm_call *c) {
+  const int n = c->nargs;
+  JM_EXPECT(c, c->nrets == 1 + 2 * n && c->nsources == n && c->ndests == n,
+            "%d send buffers, %d results, %d sources and %d dests do not "
+            "match", n, c->nrets, c->nsources, c->ndests);
+  JM_EXPECT(c, c->tag >= 0 && (int64_t)c->tag + n - 1 <= INT_MAX,
+            "tags %d to %d + %d - 1 are not all valid MPI tags", c->tag,
+            c->tag, n);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Irecv", "source", 0);
+  if (err) return err;
+  for (int i = 0; i < n; i++) keep(r, c->ret[1 + i].data);
+  for (int i = 0; i < n; i++) keep(r, c->ret[1 + n + i].data);
+  double t0 = jm_log_start();
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    jm_buffer *y = &c->ret[1 + n + i];
+    r->peer = c->sources[i];
+    rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->sources[i],
+                  c->tag + i, c->comm, &r->reqs[i]);
+    if (!rc) {
+      r->recv_ret[i] = 1 + n + i;
+      r->nreq = r->nrecv = i + 1;
+    }
+  }
+  if (rc) return post(c, r, rc, t0);
+  r->fn = "MPI_Isend";
+  r->peer_kind = "dest";
+  for (int i = 0; i < n && !rc; i++) {
+    jm_buffer *x = &c->ret[1 + i];
+    r->peer = c->dests[i];
+    rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],
+                  c->tag + i, c->comm, &r->reqs[n + i]);
+    if (!rc) r->nreq = n + i + 1;
+  }
+  if (!rc) {
+    r->fn = "MPI_Irecv/MPI_Isend";
+    r->peer_kind = NULL;
+  }
   return post(c, r, rc, t0);
 }
 

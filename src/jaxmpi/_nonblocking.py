@@ -184,11 +184,15 @@ def _define_start(name, bufs_rule, aliases):
     prim.def_effectful_abstract_eval(
         lambda *avals, rid, **params: ([HANDLE, *bufs_rule(*avals, **params)],
                                        {mpi_effect}))
-    rule = jax.ffi.ffi_lowering(
-        f"jaxmpi_{name}", has_side_effect=True,
-        operand_output_aliases={i: 1 + o for i, o in aliases.items()})
+    def rule_for(aliases):
+        return jax.ffi.ffi_lowering(
+            f"jaxmpi_{name}", has_side_effect=True,
+            operand_output_aliases={i: 1 + o for i, o in aliases.items()})
+
+    fixed = None if callable(aliases) else rule_for(aliases)
 
     def lowering(ctx, *operands, rid, **params):
+        rule = fixed or rule_for(aliases(len(operands), **params))
         if rid in _dropped:
             raise RuntimeError(
                 f"jaxmpi.{name}: {_dropped.pop(rid)} was never waited in the "
@@ -304,12 +308,19 @@ def _start_transpose(name):
 ad.primitive_transposes[wait_p] = _wait_transpose
 
 
-def _start_batcher(prim):
+def _start_batcher(prim, name):
     def rule(args, dims, *, rid, **params):
+        if name in _NO_VMAP:
+            raise NotImplementedError(
+                f"jaxmpi.{name}: vmap is not supported yet (use the blocking "
+                f"{name[1:]}, or a loop)")
         n = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
         args = [_ops._front(a, d) if d is not None
                 else jnp.broadcast_to(a, (n, *a.shape))
                 for a, d in zip(args, dims)]
+        if "recv_avals" in params:
+            params["recv_avals"] = tuple(((n, *shape), dtype) for shape, dtype
+                                         in params["recv_avals"])
         out = prim.bind(*args, rid=rid, **params)
         return out, [None] + [0] * (len(out) - 1)
 
@@ -347,8 +358,11 @@ def _start_bufs(name, operands, params):
 
 
 def _spec(name, results):
+    """results: indices of the buffers that are results, or a function of
+    the number of operands and the parameters giving them."""
     def make(operands, params):
-        return _Spec(name, tuple(sorted(params.items())), results)
+        res = results(len(operands), **params) if callable(results) else results
+        return _Spec(name, tuple(sorted(params.items())), tuple(res))
 
     _SPECS[name] = make
 
@@ -519,10 +533,123 @@ _BACKWARD["ibarrier"] = _Backward(
     lambda cts, bufs, spec: (jnp.zeros((), np.float32), []),
     lambda bh, bbufs, operands, spec: [])
 
+
+# ---- the other collectives: linear, so the tangents travel as a second
+# request; the transpose is the blocking op's (every rank runs it at the same
+# point of the backward program, where the forward wait was), its cotangent
+# of x handed to the start's transpose in buffer 0 (x-shaped for all).
+
+
+def _blocking_backward(blocking_p, nx=1):
+    def start(cts, bufs, spec):
+        params = dict(spec.params)
+        xs = [ad.UndefinedPrimal(b) for b in bufs[:nx]]
+        cx = ad.primitive_transposes[blocking_p](list(cts), *xs, **params)
+        cx = [_ops._ct(c, b) for c, b in zip(cx, bufs[:nx])]
+        return (jnp.zeros((), np.float32),
+                [*cx, *[_ops._zeros(b) for b in bufs[nx:]]])
+
+    return _Backward(start, lambda bh, bbufs, operands, spec: bbufs[:nx])
+
+
+def _rooted(root_shape):
+    """Rooted ops whose root has its own buffer beside x's: buffers [x, y]
+    on the root, [x] (also the result) elsewhere."""
+    def bufs(x, *, comm, root):
+        return [x, root_shape(x, comm)] if comm.rank == root else [x]
+
+    def aliases(nops, *, comm, root):
+        return {0: 0}
+
+    def results(nops, *, comm, root):
+        return (1,) if comm.rank == root else (0,)
+
+    return bufs, aliases, results
+
+
+def _sum_check(fn):
+    def check(*, op, **_):
+        _ops._sum_only(fn, op)
+
+    return check
+
+
+# ireduce: buffers [y] (x's buffer: the root reduces in place into it,
+# elsewhere it is sent from and passed through as reduce does).
+ireduce_p = _define_start("ireduce", lambda x, *, comm, op, root: [x], {0: 0})
+_spec("ireduce", (0,))
+_JVP_CHECKS["ireduce"] = _sum_check("ireduce")
+_BACKWARD["ireduce"] = _blocking_backward(_ops.reduce_p)
+
+# iscan: buffers [y] (in place).
+iscan_p = _define_start("iscan", lambda x, *, comm, op: [x], {0: 0})
+_spec("iscan", (0,))
+_JVP_CHECKS["iscan"] = _sum_check("iscan")
+_BACKWARD["iscan"] = _blocking_backward(_ops.scan_p)
+
+# igather: root buffers [x, y (size, *x.shape)], result y; elsewhere [x],
+# passed through.
+_b, _a, _r = _rooted(lambda x, comm: _ops._aval((comm.size, *x.shape), x.dtype))
+igather_p = _define_start("igather", _b, _a)
+_spec("igather", _r)
+_BACKWARD["igather"] = _blocking_backward(_ops.gather_p)
+
+# iscatter: root buffers [x (size, ...), y (x.shape[1:])], result y;
+# elsewhere [y] (the template's buffer).
+_b, _a, _r = _rooted(lambda x, comm: _ops._aval(x.shape[1:], x.dtype))
+iscatter_p = _define_start("iscatter", _b, _a)
+_spec("iscatter", _r)
+_BACKWARD["iscatter"] = _blocking_backward(_ops.scatter_p)
+
+# iallgather: buffers [x, y (size, *x.shape)], result y.
+iallgather_p = _define_start(
+    "iallgather",
+    lambda x, *, comm: [x, _ops._aval((comm.size, *x.shape), x.dtype)],
+    {0: 0})
+_spec("iallgather", (1,))
+_BACKWARD["iallgather"] = _blocking_backward(_ops.allgather_p)
+
+# ialltoall: buffers [x, y] (out of place: MPI_Ialltoall), result y.
+ialltoall_p = _define_start("ialltoall", lambda x, *, comm: [x, x], {0: 0})
+_spec("ialltoall", (1,))
+_BACKWARD["ialltoall"] = _blocking_backward(_ops.alltoall_p)
+
+# ineighbor_exchange: buffers [*xs, *ys], results ys. Backward: the blocking
+# exchange reversed (posts all its messages at once, so it cannot deadlock
+# against the other ranks' backward programs).
+ineighbor_exchange_p = _define_start(
+    "ineighbor_exchange",
+    lambda *xs, comm, sources, dests, tag, recv_avals: [
+        *xs, *[_ops._aval(s, d) for s, d in recv_avals]],
+    lambda nops, **_: {i: i for i in range(nops)})
+_spec("ineighbor_exchange", lambda nops, **_: range(nops, 2 * nops))
+
+
+def _nx_backward():
+    def start(cts, bufs, spec):
+        params = dict(spec.params)
+        n = len(bufs) // 2
+        xs = [ad.UndefinedPrimal(b) for b in bufs[:n]]
+        cx = ad.primitive_transposes[_ops.neighbor_exchange_p](
+            list(cts), *xs, **params)
+        cx = [_ops._ct(c, b) for c, b in zip(cx, bufs[:n])]
+        return (jnp.zeros((), np.float32),
+                [*cx, *[_ops._zeros(b) for b in bufs[n:]]])
+
+    return _Backward(start, lambda bh, bbufs, operands, spec:
+                     bbufs[:len(operands)])
+
+
+_BACKWARD["ineighbor_exchange"] = _nx_backward()
+
+# vmap: the batch axis in front of every buffer suits the elementwise and
+# point-to-point ops; the others split or stack their first axis over ranks.
+_NO_VMAP = ("igather", "iscatter", "iallgather", "ialltoall")
+
 for _name, _prim in START.items():
     _start_jvp(_prim, _name)
     _start_transpose(_name)
-    _start_batcher(_prim)
+    _start_batcher(_prim, _name)
 
 
 # ---- the Python functions ----------------------------------------------------
@@ -708,6 +835,169 @@ def ibarrier(*, comm=None, token=None) -> Request:
     return _start("ibarrier", (), dict(comm=info))
 
 
+def _reduction_start(fn, x, op, comm, token, **extra):
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    opinfo = v.reduction_op(op, x.dtype, fn, _core.get().half_ops)
+    return info, tok, x, opinfo
+
+
+def ireduce(x, op, root, *, comm=None, token=None) -> Request:
+    """Start reducing ``x`` with ``op`` onto ``root``: MPI_Ireduce.
+
+    Args: as ``jaxmpi.reduce`` (derivatives: MPI.SUM only).
+
+    Returns:
+        A Request; ``wait(req)`` returns the reduction on the root and ``x``
+        elsewhere.
+
+    Example::
+
+        req = ireduce(x, MPI.SUM, root=0)
+        z = compute(w)
+        y = wait(req)
+    """
+    info, tok, x, opinfo = _reduction_start("ireduce", x, op, comm, token)
+    root = v.rank_arg(root, "ireduce", "root", info)
+    _ops_join(tok)
+    return _start("ireduce", (x,), dict(comm=info, op=opinfo, root=root))
+
+
+def iscan(x, op, *, comm=None, token=None) -> Request:
+    """Start an inclusive prefix reduction: MPI_Iscan.
+
+    Args: as ``jaxmpi.scan``. Returns: a Request; ``wait(req)`` returns
+    ``op`` over ranks 0..r on rank r.
+
+    Example::
+
+        y = wait(iscan(x, MPI.SUM))
+    """
+    info, tok, x, opinfo = _reduction_start("iscan", x, op, comm, token)
+    _ops_join(tok)
+    return _start("iscan", (x,), dict(comm=info, op=opinfo))
+
+
+def igather(x, root, *, comm=None, token=None) -> Request:
+    """Start gathering every rank's ``x`` on the root: MPI_Igather.
+
+    Args: as ``jaxmpi.gather``. Returns: a Request; ``wait(req)`` returns
+    shape ``(size, *x.shape)`` on the root and ``x`` elsewhere.
+
+    Example::
+
+        y = wait(igather(x, root=0))
+    """
+    info, tok = _begin("igather", comm, token)
+    x = v.array(x, "igather")
+    root = v.rank_arg(root, "igather", "root", info)
+    _ops_join(tok)
+    return _start("igather", (x,), dict(comm=info, root=root))
+
+
+def iscatter(x, root, *, comm=None, token=None) -> Request:
+    """Start scattering the root's ``x[r]`` to rank r: MPI_Iscatter.
+
+    Args: as ``jaxmpi.scatter`` (off the root ``x`` is a template of the
+    result). Returns: a Request; ``wait(req)`` returns the rank's block.
+
+    Example::
+
+        y = wait(iscatter(blocks if rank == 0 else template, root=0))
+    """
+    info, tok = _begin("iscatter", comm, token)
+    x = v.array(x, "iscatter")
+    root = v.rank_arg(root, "iscatter", "root", info)
+    if info.rank == root:
+        v.leading_dim(x, "iscatter", "x (on the root)", info.size)
+    _ops_join(tok)
+    return _start("iscatter", (x,), dict(comm=info, root=root))
+
+
+def iallgather(x, *, comm=None, token=None) -> Request:
+    """Start gathering every rank's ``x`` on every rank: MPI_Iallgather.
+
+    Returns: a Request; ``wait(req)`` returns shape ``(size, *x.shape)``.
+
+    Example::
+
+        y = wait(iallgather(x))
+    """
+    info, tok = _begin("iallgather", comm, token)
+    x = v.array(x, "iallgather")
+    _ops_join(tok)
+    return _start("iallgather", (x,), dict(comm=info))
+
+
+def ialltoall(x, *, comm=None, token=None) -> Request:
+    """Start an all-to-all exchange: MPI_Ialltoall. ``x.shape[0]`` must
+    equal the communicator size; rank i's ``x[j]`` lands in rank j's
+    ``result[i]``.
+
+    Example::
+
+        y = wait(ialltoall(x))
+    """
+    info, tok = _begin("ialltoall", comm, token)
+    x = v.array(x, "ialltoall")
+    v.leading_dim(x, "ialltoall", "x", info.size)
+    _ops_join(tok)
+    return _start("ialltoall", (x,), dict(comm=info))
+
+
+MAX_EXCHANGE_PAIRS = 15  # 1 + 2 * 15 buffers: the core's limit per call
+
+
+def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
+                       comm=None, token=None) -> Request:
+    """Start many sendrecvs at once, as ``jaxmpi.neighbor_exchange``: pair
+    ``i`` sends ``sendbufs[i]`` to ``dests[i]`` and receives an array of
+    ``recvbufs[i]``'s shape and dtype from ``sources[i]``, with tag
+    ``tag + i``. At most 15 pairs.
+
+    Returns: a Request; ``wait(req)`` returns the tuple of received arrays.
+
+    Example::
+
+        req = ineighbor_exchange([edge_l, edge_r], [t, t], [left, right],
+                                 [left, right])
+        interior = update(interior)      # while the halos travel
+        halo_l, halo_r = wait(req)
+    """
+    fn = "ineighbor_exchange"
+    info, tok = _begin(fn, comm, token)
+    seqs = {}
+    for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
+                        ("sources", sources), ("dests", dests)):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{fn}: {name} must be a list or tuple, got "
+                            f"{type(value).__name__}: {value!r}")
+        seqs[name] = tuple(value)
+    n = len(seqs["sendbufs"])
+    lengths = {name: len(q) for name, q in seqs.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"{fn}: sendbufs, recvbufs, sources and dests must "
+                         f"have the same length, got {lengths}")
+    if not 1 <= n <= MAX_EXCHANGE_PAIRS:
+        raise ValueError(f"{fn}: 1 to {MAX_EXCHANGE_PAIRS} pairs in one "
+                         f"call, got {n}")
+    xs = [v.array(x, fn, f"sendbufs[{i}]")
+          for i, x in enumerate(seqs["sendbufs"])]
+    ts = [v.array(t, fn, f"recvbufs[{i}]")
+          for i, t in enumerate(seqs["recvbufs"])]
+    srcs = tuple(v.rank_arg(q, fn, f"sources[{i}]", info,
+                            allow=(MPI.PROC_NULL,))
+                 for i, q in enumerate(seqs["sources"]))
+    dsts = tuple(v.rank_arg(d, fn, f"dests[{i}]", info, allow=(MPI.PROC_NULL,))
+                 for i, d in enumerate(seqs["dests"]))
+    tag = v.tag_arg(tag, fn, "tag", info)
+    v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
+    _ops_join(tok)
+    return _start(fn, tuple(xs), dict(
+        comm=info, sources=srcs, dests=dsts, tag=tag,
+        recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts)))
+
+
 def _ops_join(tok):
     if tok is not None and not _jcore.trace_state_clean():
         _ops.join_token_p.bind(tok)
@@ -755,6 +1045,8 @@ def wait(request, *, token=None):
     _ops_join(tok)
     state.waited = True
     outs = wait_p.bind(request._handle, *request._bufs, spec=request._spec)
+    if request._spec.op == "ineighbor_exchange":
+        return tuple(outs)
     return outs[0] if outs else None
 
 
@@ -782,4 +1074,5 @@ def waitall(requests, *, token=None):
 
 
 OPERATIONS = ("isend", "irecv", "isendrecv", "iallreduce", "ibcast",
-              "ibarrier")
+              "ibarrier", "ireduce", "iscan", "igather", "iscatter",
+              "iallgather", "ialltoall", "ineighbor_exchange")

@@ -23,7 +23,14 @@ from ._api import (  # noqa: F401
 
 from ._nonblocking import (  # noqa: F401
     Request,
+    iallgather,
     iallreduce,
+    ialltoall,
+    igather,
+    ineighbor_exchange,
+    ireduce,
+    iscan,
+    iscatter,
     ibarrier,
     ibcast,
     irecv,
@@ -34,7 +41,8 @@ from ._nonblocking import (  # noqa: F401
 )
 
 __all__ = [
-    "Request", "iallreduce", "ibarrier", "ibcast", "irecv", "isend",
+    "Request", "iallgather", "iallreduce", "ialltoall", "igather",
+    "ineighbor_exchange", "ireduce", "iscan", "iscatter", "ibarrier", "ibcast", "irecv", "isend",
     "isendrecv", "wait", "waitall",
     "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
     "has_cuda_support", "neighbor_exchange", "recv", "reduce", "scan", "scatter", "send", "sendrecv",

@@ -400,3 +400,127 @@ def test_vmap_equals_loop():
     got = jax.jit(jax.vmap(f, in_axes=1, out_axes=1))(jnp.moveaxis(xs, 0, 1))
     ref = jnp.stack([jax.jit(f)(xs[i]) for i in range(3)], axis=1)
     check(got, np.asarray(ref))
+
+
+# ---- the other collectives and the neighbour exchange ------------------------
+
+SOME = [np.dtype(d) for d in (np.int32, np.float64, np.complex64)] + [
+    d for d in DTYPES if d.name == "bfloat16"]
+ROOTS = sorted({0, SIZE - 1})
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("opname", ["SUM", "MAX"])
+@pytest.mark.parametrize("root", ROOTS)
+def test_ireduce(root, opname, mode):
+    x = jnp.asarray(data(RANK, SHAPE, np.int64))
+    y = run(mode, lambda a: mpx.wait(mpx.ireduce(a, getattr(MPI, opname),
+                                                 root)), x)
+    ref = (reduce_ref(all_data(SHAPE, np.int64), opname, np.int64)
+           if RANK == root else data(RANK, SHAPE, np.int64))
+    check(y, ref)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", SOME, ids=str)
+def test_iscan(dtype, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    y = run(mode, lambda a: mpx.wait(mpx.iscan(a, MPI.SUM)), x)
+    check(y, reduce_ref(all_data(SHAPE, dtype)[:RANK + 1], "SUM", dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("dtype", SOME, ids=str)
+def test_igather_iscatter(dtype, root, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    y = run(mode, lambda a: mpx.wait(mpx.igather(a, root)), x)
+    check(y, np.stack(all_data(SHAPE, dtype)) if RANK == root
+          else data(RANK, SHAPE, dtype))
+    blocks = jnp.asarray(np.stack([data(RANK * 10 + r, SHAPE, dtype)
+                                   for r in range(SIZE)]))
+    src = blocks if RANK == root else jnp.zeros(SHAPE, dtype)
+    z = run(mode, lambda a: mpx.wait(mpx.iscatter(a, root)), src)
+    check(z, data(root * 10 + RANK, SHAPE, dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", SOME, ids=str)
+def test_iallgather_ialltoall(dtype, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    y = run(mode, lambda a: mpx.wait(mpx.iallgather(a)), x)
+    check(y, np.stack(all_data(SHAPE, dtype)))
+    blocks = jnp.asarray(np.stack([data(RANK * 10 + r, SHAPE, dtype)
+                                   for r in range(SIZE)]))
+    z = run(mode, lambda a: mpx.wait(mpx.ialltoall(a)), blocks)
+    check(z, np.stack([data(r * 10 + RANK, SHAPE, dtype)
+                       for r in range(SIZE)]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ineighbor_exchange(mode):
+    # Pair 0 shifts right, pair 1 shifts left with another shape and dtype.
+    a = jnp.asarray(data(RANK, (5,), np.float32))
+    b = jnp.asarray(data(RANK, (2, 2), np.int16))
+
+    def f(a, b):
+        req = mpx.ineighbor_exchange([a, b], [a, b], [LEFT, RIGHT],
+                                     [RIGHT, LEFT], tag=20)
+        return mpx.wait(req)
+
+    ya, yb = run(mode, f, a, b)
+    check(ya, data(LEFT, (5,), np.float32))
+    check(yb, data(RIGHT, (2, 2), np.int16))
+
+
+def _collectives(nonblocking):
+    root = SIZE - 1
+
+    def f(x):
+        w = mpx.wait if nonblocking else (lambda y: y)
+        i = (lambda name: getattr(mpx, "i" + name)) if nonblocking else (
+            lambda name: getattr(mpx, name))
+        r = w(i("reduce")(x * x, MPI.SUM, root))
+        s = w(i("scan")(jnp.sin(x), MPI.SUM))
+        g = w(i("gather")(x * r, root))
+        blocks = jnp.stack([x * (k + 1) for k in range(SIZE)])
+        sc = w(i("scatter")(blocks if RANK == root else x, root))
+        ag = w(i("allgather")(x + s))
+        at = w(i("alltoall")(blocks * x))
+        (nx,) = w(i("neighbor_exchange")([x * 3], [x], [LEFT], [RIGHT]))
+        return (jnp.sum(r * (RANK + 1)) + jnp.sum(g) + jnp.sum(sc * x)
+                + jnp.sum(ag * (RANK + 2)) + jnp.sum(at * at) + jnp.sum(nx * x))
+
+    return f
+
+
+def test_collectives_grad_and_jvp_match_blocking():
+    x = jnp.asarray(data(RANK, (3,), np.float64)) + 0.5
+    g = jax.jit(jax.grad(_collectives(True)))(x)
+    ref = jax.grad(_collectives(False))(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(ref), rtol=1e-12)
+    t = jnp.asarray(data(RANK, (3,), np.float64, seed=4))
+    tj = jax.jvp(_collectives(True), (x,), (t,))[1]
+    tr = jax.jvp(_collectives(False), (x,), (t,))[1]
+    np.testing.assert_allclose(float(tj), float(tr), rtol=1e-12)
+
+
+def test_vmap_reduce_scan_exchange_equal_loop():
+    xs = jnp.asarray(np.stack([data(RANK, SHAPE, np.float64, seed=s)
+                               for s in range(3)]))
+
+    def f(a):
+        r = mpx.wait(mpx.ireduce(a, MPI.SUM, 0))
+        s = mpx.wait(mpx.iscan(a, MPI.SUM))
+        (n,) = mpx.wait(mpx.ineighbor_exchange([a], [a], [LEFT], [RIGHT]))
+        return r + 2 * s + 3 * n
+
+    got = jax.jit(jax.vmap(f))(xs)
+    ref = jnp.stack([jax.jit(f)(xs[i]) for i in range(3)])
+    check(got, np.asarray(ref))
+
+
+def test_vmap_of_gather_is_refused_clearly():
+    with pytest.raises(NotImplementedError, match=r"jaxmpi.igather: vmap is "
+                       r"not supported yet"):
+        jax.vmap(lambda a: mpx.wait(mpx.igather(a, 0)))(jnp.ones((2, 3)))
