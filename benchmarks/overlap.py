@@ -29,6 +29,7 @@ from jaxmpi import notoken as mpx
 
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
+ASYNC = True
 
 
 def work(w, n):
@@ -66,11 +67,21 @@ def programs(n_c, n_m, kind):
             z = work(w, n_m)
             return mpx.allreduce(x + z[0, 0], MPI.SUM), z
 
+        def peer_nonblocking(x, w):
+            # MPI never matches a non-blocking collective with a blocking
+            # one: the peer starts and waits at once.
+            z = work(w, n_m)
+            return mpx.wait(mpx.iallreduce(x + z[0, 0], MPI.SUM)), z
+
     def compute(x, w):
         return x, work(w, n_c)
 
-    return {"blocking": jax.jit(blocking), "nonblocking": jax.jit(nonblocking),
-            "compute": jax.jit(compute), "peer": jax.jit(peer)}
+    progs = {"blocking": jax.jit(blocking),
+             "nonblocking": jax.jit(nonblocking), "compute": jax.jit(compute),
+             "peer": jax.jit(peer)}
+    progs["peer_nonblocking"] = (jax.jit(peer_nonblocking)
+                                 if kind == "allreduce" else progs["peer"])
+    return progs
 
 
 def timed(fn, args, reps):
@@ -109,6 +120,8 @@ def main():
         (args.dim, args.dim)) / np.sqrt(args.dim), jnp.float32)
     x = jnp.full((args.elements,), float(RANK))
     n = calibrate(w, args.ms / 1e3)
+    global ASYNC
+    ASYNC = jaxmpi._core.get().async_wait()
     if RANK == 0:
         print(f"# overlap: {SIZE} ranks, message {args.elements * 8} B, "
               f"C = M = ~{args.ms:g} ms ({n} products of {args.dim}^2), "
@@ -118,11 +131,21 @@ def main():
     for kind in ("p2p", "allreduce"):
         progs = programs(n, n, kind)
         results = {}
-        for variant in ("compute", "blocking", "nonblocking"):
+        for variant in ("compute", "blocking", "nonblocking", "sync_wait"):
+            # sync_wait: the same non-blocking program with the wait
+            # blocking inside its handler (JAXMPI_ASYNC_WAIT=0): what the
+            # asynchronous FFI handler buys.
+            core = jaxmpi._core.get()
+            core.set_async(variant != "sync_wait" and ASYNC)
+            if variant == "sync_wait":
+                variant_prog = "nonblocking"
+            else:
+                variant_prog = variant
             if RANK == 0:
-                fn = progs[variant]
+                fn = progs[variant_prog]
             elif RANK == 1 or kind == "allreduce":
-                fn = progs["peer"] if variant != "compute" else progs["compute"]
+                fn = {"compute": progs["compute"], "blocking": progs["peer"],
+                      "nonblocking": progs["peer_nonblocking"]}[variant_prog]
             else:
                 fn = progs["compute"]
             jax.block_until_ready(fn(x, w))  # compile, warm up
@@ -131,7 +154,7 @@ def main():
         c = results["compute"]
         m = WORLD.bcast(results["compute"] if RANK == 1 else None, root=1)
         if RANK == 0:
-            for variant in ("blocking", "nonblocking"):
+            for variant in ("blocking", "nonblocking", "sync_wait"):
                 t = results[variant]
                 eff = (c + m - t) / min(c, m)
                 print(f"{kind},{variant},{t * 1e3:.1f},{c * 1e3:.1f},"
