@@ -47,11 +47,23 @@ static jm_req *table[JM_SLOTS];
 static uint32_t gens[JM_SLOTS];
 static int active[JM_SLOTS], nactive, next_slot;
 static _Atomic int async_on, kicked;
+static int stopping; /* under `lock`: MPI is about to be finalized */
 static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
 static int threads_ok;
 
 void jaxmpi_set_async(int on) { atomic_store(&async_on, on ? 1 : 0); }
 int jaxmpi_get_async(void) { return atomic_load(&async_on); }
+
+int jaxmpi_requests_shutdown(void) {
+  /* Every MPI call of the progress thread is made holding `lock`: once we
+   * have held it with `stopping` set, it makes none any more. */
+  pthread_mutex_lock(&lock);
+  stopping = 1;
+  atomic_store(&async_on, 0);
+  int n = nactive;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
 
 int jaxmpi_requests_in_flight(void) {
   pthread_mutex_lock(&lock);
@@ -226,7 +238,7 @@ static void *progress_main(void *arg) {
   int64_t idle = 0;
   pthread_mutex_lock(&lock);
   for (;;) {
-    while (nactive == 0) {
+    while (nactive == 0 || stopping) {
       pthread_cond_wait(&work, &lock);
       idle = 0;
     }

@@ -39,6 +39,11 @@ JM_EXPORT int jaxmpi_get_async(void);
 /* Requests started and not yet waited. */
 JM_EXPORT int jaxmpi_requests_in_flight(void);
 
+/* Before MPI_Finalize: the progress thread stops calling MPI (and waits
+ * block in their handlers from then on). Returns the requests still in
+ * flight (never waited). */
+JM_EXPORT int jaxmpi_requests_shutdown(void);
+
 /* The wait's FFI handler. */
 JM_EXPORT XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame);
 

@@ -30,8 +30,21 @@ _default_comm = _MPI.COMM_WORLD.Clone()
 _default_comm.Set_errhandler(_MPI.ERRORS_RETURN)
 _validate.set_default_comm(_default_comm)
 
-# Registered after mpi4py's finalizer, so it runs first: queued MPI calls
-# complete before MPI_Finalize and exiting never hangs.
+
+
+def _stop_progress():
+    left = _core.get().lib.jaxmpi_requests_shutdown()
+    if left:
+        import sys
+
+        print(f"jaxmpi: {left} non-blocking request(s) were never waited "
+              "(their MPI calls are abandoned at exit)", file=sys.stderr)
+
+
+# Registered after mpi4py's finalizer, so they run first (last registered,
+# first run): queued MPI calls complete, then jaxmpi's progress thread stops
+# calling MPI, before MPI_Finalize; exiting never hangs.
+_atexit.register(_stop_progress)
 _atexit.register(_jax.effects_barrier)
 # An uncaught exception on one rank ends the whole job (see _faults.py).
 _faults.install()

@@ -101,6 +101,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.jaxmpi_set_async.restype = None
     lib.jaxmpi_get_async.restype = c.c_int
     lib.jaxmpi_requests_in_flight.restype = c.c_int
+    lib.jaxmpi_requests_shutdown.restype = c.c_int
 
 
 def _clean_version(text: str) -> str:
