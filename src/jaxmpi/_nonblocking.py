@@ -27,8 +27,8 @@ from __future__ import annotations
 import itertools
 import sys
 import weakref
-from dataclasses import dataclass, field
-from functools import lru_cache, partial
+from dataclasses import dataclass
+from functools import lru_cache
 
 import jax
 import jax.numpy as jnp
@@ -158,7 +158,6 @@ class _Spec:
     op: str
     params: tuple          # the start's parameters, as sorted items
     results: tuple         # indices of the buffers that are the op's results
-    nbufs: int = field(default=0)
 
     def param(self, name):
         return dict(self.params)[name]
@@ -371,14 +370,6 @@ class _Backward:
     def __init__(self, start, finish):
         self.start = start
         self.finish = finish
-
-
-def _bind_wait(h, bufs, spec):
-    return wait_p.bind(h, *bufs, spec=spec)
-
-
-def _spec_of(name, params, operands):
-    return _SPECS[name](operands, params)
 
 
 # isend: buffers [x]; no results. Backward: x's cotangent comes from dest.
@@ -835,7 +826,7 @@ def ibarrier(*, comm=None, token=None) -> Request:
     return _start("ibarrier", (), dict(comm=info))
 
 
-def _reduction_start(fn, x, op, comm, token, **extra):
+def _reduction_start(fn, x, op, comm, token):
     info, tok = _begin(fn, comm, token)
     x = v.array(x, fn)
     opinfo = v.reduction_op(op, x.dtype, fn, _core.get().half_ops)
