@@ -61,7 +61,7 @@ XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
   va_start(ap, fmt);
   vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
   va_end(ap);
-  return make_error(c->frame->api, code, msg);
+  return make_error(c->api, code, msg);
 }
 
 static void format_rank(char *out, size_t len, const char *kind, int r) {
@@ -164,7 +164,7 @@ typedef struct jm_extension {
 /* XLA asks every handler for its metadata once, at registration. We claim
  * API version 0.1, which every supported jaxlib accepts, and no traits (a
  * handler that calls MPI must never be captured into a command buffer). */
-static int answer_metadata_query(XLA_FFI_CallFrame *frame) {
+int jm_answer_metadata_query(XLA_FFI_CallFrame *frame) {
   for (jm_extension *e = (jm_extension *)(void *)frame->extension_start; e;
        e = e->next) {
     if (e->type != XLA_FFI_Extension_Metadata) continue;
@@ -304,12 +304,13 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
 
 static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
                                const jm_op_desc *desc, int cuda) {
-  if (answer_metadata_query(frame)) return NULL;
+  if (jm_answer_metadata_query(frame)) return NULL;
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   jm_call c;
   memset(&c, 0, sizeof c);
   c.opname = desc->name;
   c.frame = frame;
+  c.api = frame->api;
   c.attrs = desc->attrs;
   c.callno = atomic_fetch_add_explicit(&calls_made, 1, memory_order_relaxed) + 1;
   XLA_FFI_Error *err;
@@ -375,12 +376,24 @@ XLA_FFI_Error *jm_zero(jm_call *c, void *dst, size_t bytes) {
 JM_OPS(JM_DEFINE_HANDLER)
 #undef JM_DEFINE_HANDLER
 
+/* Non-blocking starts: XLA:CPU only (the GPU path stages through host
+ * buffers that a request would outlive). */
+#define JM_DEFINE_CPU_HANDLER(name, nargs, nrets, templates, attrs)            \
+  static const jm_op_desc jm_desc_##name = {#name, nargs, nrets, templates,    \
+                                            attrs, jm_run_##name};             \
+  __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
+      XLA_FFI_CallFrame *frame) {                                              \
+    return jm_dispatch(frame, &jm_desc_##name);                                \
+  }
+JM_IOPS(JM_DEFINE_CPU_HANDLER)
+#undef JM_DEFINE_CPU_HANDLER
+
 /* Joins a token the user passed to jaxmpi's order: a custom call taking the
  * user's token and the effect token, so that XLA:CPU's execution graph has an
  * edge from both (a bare stablehlo.after_all gives none). Does nothing and
  * touches no buffer, so it serves XLA:GPU too. */
 __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_join_token(
     XLA_FFI_CallFrame *frame) {
-  answer_metadata_query(frame);
+  jm_answer_metadata_query(frame);
   return NULL;
 }

@@ -33,7 +33,8 @@ typedef struct jm_buffer {
 
 typedef struct jm_call {
   const char *opname;
-  XLA_FFI_CallFrame *frame;
+  XLA_FFI_CallFrame *frame; /* NULL in a request's copy (request.c) */
+  const XLA_FFI_Api *api;   /* XLA's API table: outlives the call */
   jm_buffer arg[JM_MAX_BUFFERS], ret[JM_MAX_BUFFERS];
   int nargs, nrets; /* data buffers decoded */
   jm_Comm comm;
@@ -106,6 +107,16 @@ void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
 #define JM_DECLARE_OP(name, nargs, nrets, templates, attrs)                    \
   jm_op_fn jm_run_##name;
 JM_OPS(JM_DECLARE_OP)
+JM_IOPS(JM_DECLARE_OP)
 #undef JM_DECLARE_OP
+
+/* 1 if the frame was XLA's metadata query (answered); every handler asks
+ * first. */
+int jm_answer_metadata_query(XLA_FFI_CallFrame *frame);
+
+/* A completed receive into y with status st: zeros for MPI.PROC_NULL, an
+ * error if fewer bytes arrived than y holds; copies st to c->status. */
+XLA_FFI_Error *jm_check_received(jm_call *c, const jm_buffer *y,
+                                 const jm_Status *st);
 
 #endif

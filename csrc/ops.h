@@ -47,4 +47,28 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(neighbor_exchange, JM_VARIADIC, JM_VARIADIC, 0,                            \
     JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
 
+/* Non-blocking starts (request.c), XLA:CPU only. Result 0 is the request's
+ * handle (a float32 scalar, see request.h); the other results are the
+ * buffers the request uses (sends from, receives into), each aliased to the
+ * argument it replaces. The wait
+ * (jaxmpi_ffi_wait) is not in the table: it takes any buffers. */
+#define JM_IOPS(X)                                                             \
+  X(isend, 1, 2, 0, JM_A(comm) | JM_A(dest) | JM_A(tag))                       \
+  X(irecv, 1, 2, 1u << 0,                                                      \
+    JM_A(comm) | JM_A(source) | JM_A(tag) | JM_A(status))                      \
+  X(isendrecv, 2, 3, 1u << 1,                                                  \
+    JM_A(comm) | JM_A(source) | JM_A(dest) | JM_A(sendtag) | JM_A(recvtag) |   \
+        JM_A(status))                                                          \
+  X(iallreduce, 1, 2, 0, JM_A(comm) | JM_A(op))                                \
+  X(ibcast, 1, 2, 0, JM_A(comm) | JM_A(root))                                  \
+  X(ibarrier, 0, 1, 0, JM_A(comm))                                             \
+  X(ireduce, 1, 2, 0, JM_A(comm) | JM_A(op) | JM_A(root))                      \
+  X(iscan, 1, 2, 0, JM_A(comm) | JM_A(op))                                     \
+  X(igather, 1, JM_VARIADIC, 0, JM_A(comm) | JM_A(root))                       \
+  X(iscatter, 1, JM_VARIADIC, 0, JM_A(comm) | JM_A(root))                      \
+  X(iallgather, 1, 3, 0, JM_A(comm))                                           \
+  X(ialltoall, 1, 3, 0, JM_A(comm))                                            \
+  X(ineighbor_exchange, JM_VARIADIC, JM_VARIADIC, 0,                           \
+    JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
+
 #endif

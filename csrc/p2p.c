@@ -8,8 +8,8 @@
 #include "check.h"
 #include "watchdog.h"
 
-static XLA_FFI_Error *check_received(jm_call *c, const jm_buffer *y,
-                                     const jm_Status *st) {
+XLA_FFI_Error *jm_check_received(jm_call *c, const jm_buffer *y,
+                                 const jm_Status *st) {
   if (st->MPI_SOURCE == jm_const.proc_null) { /* nothing arrives: zeros */
     if (c->status) *c->status = *st;
     return jm_zero(c, y->data, (size_t)y->count * y->elsize);
@@ -46,7 +46,7 @@ XLA_FFI_Error *jm_run_recv(jm_call *c) {
   JM_MPI(c, "MPI_Recv", "source", c->source, y->count, y->dtype,
          jm_Recv(y->data, y->count, y->elsize, y->mpi, c->source, c->tag,
                  c->comm, &st));
-  return check_received(c, y, &st);
+  return jm_check_received(c, y, &st);
 }
 
 XLA_FFI_Error *jm_run_sendrecv(jm_call *c) {
@@ -56,7 +56,7 @@ XLA_FFI_Error *jm_run_sendrecv(jm_call *c) {
          jm_Sendrecv(x->data, x->count, x->elsize, x->mpi, c->dest, c->sendtag,
                      y->data, y->count, y->elsize, y->mpi, c->source,
                      c->recvtag, c->comm, &st));
-  return check_received(c, y, &st);
+  return jm_check_received(c, y, &st);
 }
 
 /* Undo the first `nrecv` receives and `nsend` sends posted by an exchange
@@ -131,7 +131,7 @@ XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
     return jm_mpi_failure(c, "MPI_Waitall", NULL, 0, rc);
   }
   for (int i = 0; i < n; i++) {
-    XLA_FFI_Error *err = check_received(c, &c->ret[i], &st[i]);
+    XLA_FFI_Error *err = jm_check_received(c, &c->ret[i], &st[i]);
     if (err) return err;
   }
   return NULL;

@@ -75,14 +75,18 @@ int jm_waitall(int n, jm_Request *requests, jm_Status *statuses,
     if (jm_mpi.Wtime() > deadline) break;
     backoff(polls);
   }
-  for (int i = 0; i < ncancellable && i < n; i++) {
+  jm_cancel_receives(ncancellable < n ? ncancellable : n, requests);
+  return JM_ERR_TIMEOUT;
+}
+
+void jm_cancel_receives(int n, jm_Request *requests) {
+  for (int i = 0; i < n; i++) {
     jm_Status st;
     int done = 0;
     /* A completed request is null already; testing it again is harmless. */
     if (jm_mpi.Test(&requests[i], &done, &st) == 0 && done) continue;
     if (jm_mpi.Cancel(&requests[i]) == 0) jm_wait_cancelled(&requests[i]);
   }
-  return JM_ERR_TIMEOUT;
 }
 
 int jm_probe(int source, int tag, jm_Comm comm, jm_Status *status) {

@@ -28,6 +28,10 @@ int jm_wait(jm_Request *request, jm_Status *status, int cancellable);
 int jm_waitall(int n, jm_Request *requests, jm_Status *statuses,
                int ncancellable);
 
+/* Cancel and complete the receives among `requests` that have not
+ * completed (each given a moment to complete its cancellation). */
+void jm_cancel_receives(int n, jm_Request *requests);
+
 /* MPI_Probe, polled with MPI_Iprobe against the deadline when the watchdog
  * is on. */
 int jm_probe(int source, int tag, jm_Comm comm, jm_Status *status);

@@ -22,21 +22,35 @@ from mpi4py import MPI as _MPI  # initialises MPI first
 
 import jax as _jax
 
-from . import _api, _core, _effect, _faults, _validate
+from . import _api, _core, _effect, _faults, _nonblocking, _validate
 from . import _jax_compat as _jcore
 from ._core import MPIConfigurationError
 from ._version import __version__
 
 _core.check_thread_level()
 _core.get().register_ffi_targets((*_api.OPERATIONS, "join_token"))
+_core.get().register_cpu_targets((*_nonblocking.OPERATIONS, "wait"))
 
 # jaxmpi's own communicator: its traffic never meets the user's mpi4py traffic.
 _default_comm = _MPI.COMM_WORLD.Clone()
 _default_comm.Set_errhandler(_MPI.ERRORS_RETURN)
 _validate.set_default_comm(_default_comm)
 
-# Registered after mpi4py's finalizer, so it runs first: queued MPI calls
-# complete before MPI_Finalize and exiting never hangs.
+
+
+def _stop_progress():
+    left = _core.get().lib.jaxmpi_requests_shutdown()
+    if left:
+        import sys
+
+        print(f"jaxmpi: {left} non-blocking request(s) were never waited "
+              "(their MPI calls are abandoned at exit)", file=sys.stderr)
+
+
+# Registered after mpi4py's finalizer, so they run first (last registered,
+# first run): queued MPI calls complete, then jaxmpi's progress thread stops
+# calling MPI, before MPI_Finalize; exiting never hangs.
+_atexit.register(_stop_progress)
 _atexit.register(_jax.effects_barrier)
 # An uncaught exception on one rank ends the whole job (see _faults.py).
 _faults.install()
@@ -111,6 +125,26 @@ scatter = _with_token(_api.scatter)
 send = _with_token(_api.send)
 sendrecv = _with_token(_api.sendrecv)
 has_cuda_support = _api.has_cuda_support
+
+# Non-blocking operations (docs/nonblocking.md): each returns
+# ``(request, token)``; ``wait`` returns ``(result, token)`` (``token`` alone
+# for isend and ibarrier), ``waitall`` ``(results, token)``.
+Request = _nonblocking.Request
+isend = _with_token(_nonblocking.isend)
+irecv = _with_token(_nonblocking.irecv)
+isendrecv = _with_token(_nonblocking.isendrecv)
+iallreduce = _with_token(_nonblocking.iallreduce)
+ibcast = _with_token(_nonblocking.ibcast)
+ibarrier = _with_token(_nonblocking.ibarrier)
+ireduce = _with_token(_nonblocking.ireduce)
+iscan = _with_token(_nonblocking.iscan)
+igather = _with_token(_nonblocking.igather)
+iscatter = _with_token(_nonblocking.iscatter)
+iallgather = _with_token(_nonblocking.iallgather)
+ialltoall = _with_token(_nonblocking.ialltoall)
+ineighbor_exchange = _with_token(_nonblocking.ineighbor_exchange)
+wait = _with_token(_nonblocking.wait)
+waitall = _with_token(_nonblocking.waitall)
 
 
 def set_check(on: bool = True) -> None:
@@ -195,7 +229,8 @@ def get_default_comm():
 
 
 __all__ = [
-    *_api.OPERATIONS, "has_cuda_support", "get_default_comm", "set_check",
+    *_api.OPERATIONS, *_nonblocking.OPERATIONS, "wait", "waitall", "Request",
+    "has_cuda_support", "get_default_comm", "set_check",
     "set_timeout",
     "MPIConfigurationError", "notoken",
 ]

@@ -19,6 +19,7 @@ from . import _eager
 from . import _jax_compat as _jcore
 from . import _ops
 from . import _validate as v
+from ._nonblocking import check_no_leaks
 
 
 class _MPIConstant(int):
@@ -45,6 +46,7 @@ ANY_TAG = _MPIConstant("ANY_TAG")
 
 
 def _begin(fn, comm, token):
+    check_no_leaks(fn)
     info = v.comm_info(comm, fn)
     tok = v.token_arg(token, fn)
     return info, tok

@@ -98,6 +98,11 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.jaxmpi_set_timeout.argtypes = [c.c_double]
     lib.jaxmpi_set_timeout.restype = None
     lib.jaxmpi_get_timeout.restype = c.c_double
+    lib.jaxmpi_set_async.argtypes = [c.c_int]
+    lib.jaxmpi_set_async.restype = None
+    lib.jaxmpi_get_async.restype = c.c_int
+    lib.jaxmpi_requests_in_flight.restype = c.c_int
+    lib.jaxmpi_requests_shutdown.restype = c.c_int
 
 
 def _clean_version(text: str) -> str:
@@ -214,6 +219,31 @@ class Core:
         self.set_check(_env_flag("JAXMPI_CHECK"))
         self.set_timeout(parse_timeout(os.environ.get("JAXMPI_TIMEOUT", ""),
                                        "JAXMPI_TIMEOUT"))
+        # Waits of non-blocking ops complete from jaxmpi's progress thread,
+        # which calls MPI while XLA's threads do: MPI_THREAD_MULTIPLE only.
+        # JAXMPI_ASYNC_WAIT=0 makes every wait block in its handler instead.
+        self.lib.jaxmpi_set_async(int(
+            MPI.Query_thread() >= MPI.THREAD_MULTIPLE
+            and os.environ.get("JAXMPI_ASYNC_WAIT", "1") != "0"))
+
+    def set_async(self, on: bool) -> None:
+        self.lib.jaxmpi_set_async(int(bool(on)))
+
+    def async_wait(self) -> bool:
+        return bool(self.lib.jaxmpi_get_async())
+
+    def requests_in_flight(self) -> int:
+        return int(self.lib.jaxmpi_requests_in_flight())
+
+    def register_cpu_targets(self, names) -> None:
+        """CPU-only handlers jaxmpi_ffi_<name> (non-blocking ops)."""
+        import jax
+
+        for name in names:
+            jax.ffi.register_ffi_target(
+                f"jaxmpi_{name}",
+                jax.ffi.pycapsule(getattr(self.lib, f"jaxmpi_ffi_{name}")),
+                platform="cpu")
 
     def set_check(self, on: bool) -> None:
         self.lib.jaxmpi_set_check(int(bool(on)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 # Public.
 from jax.core import ShapedArray, Tracer
-from jax.extend.core import AbstractToken, ClosedJaxpr, Primitive, Token
+from jax.extend.core import ClosedJaxpr, Primitive, Token
 from jax.interpreters import ad, batching, mlir
 
 # No public name in any JAX we support:
@@ -41,10 +41,15 @@ from jax._src.interpreters import pxla
 # - making a jax Array from a host buffer without a trace (the eager path).
 from jax._src.lib import xla_client
 
-try:  # jax.extend.core.Effect: newer than JAX 0.6.2
-    from jax.extend.core import Effect
+try:  # jax.extend.core.Effect and AbstractToken: newer than JAX 0.6.2
+    from jax.extend.core import AbstractToken, Effect
 except ImportError:  # JAX 0.6
+    from jax._src.core import AbstractToken
     Effect = _effects.Effect
+
+# - the current trace (non-blocking requests belong to the trace that
+#   started them).
+from jax._src.core import trace_ctx
 
 ordered_effects = _effects.ordered_effects
 lowerable_effects = _effects.lowerable_effects
@@ -59,5 +64,5 @@ __all__ = [
     "ad", "apply_primitive", "batching", "control_flow_allowed_effects",
     "custom_derivatives_allowed_effects", "lowerable_effects", "mlir",
     "ordered_effects", "partial_eval_kept_effects", "remat_allowed_effects",
-    "trace_state_clean",
+    "trace_ctx", "trace_state_clean",
 ]

@@ -24,7 +24,29 @@ from ._api import (  # noqa: F401
     sendrecv,
 )
 
+from ._nonblocking import (  # noqa: F401
+    Request,
+    iallgather,
+    iallreduce,
+    ialltoall,
+    igather,
+    ineighbor_exchange,
+    ireduce,
+    iscan,
+    iscatter,
+    ibarrier,
+    ibcast,
+    irecv,
+    isend,
+    isendrecv,
+    wait,
+    waitall,
+)
+
 __all__ = [
+    "Request", "iallgather", "iallreduce", "ialltoall", "igather",
+    "ineighbor_exchange", "ireduce", "iscan", "iscatter", "ibarrier", "ibcast", "irecv", "isend",
+    "isendrecv", "wait", "waitall",
     "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
     "has_cuda_support", "neighbor_exchange", "recv", "reduce", "scan", "scatter", "send", "sendrecv",
 ]

@@ -1,0 +1,782 @@
+/* Non-blocking operations: see request.h. */
+#define _POSIX_C_SOURCE 200809L
+#include "request.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sched.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "watchdog.h"
+
+enum { R_STARTING = 1, R_POSTED, R_WAITING };
+
+typedef struct jm_req {
+  int slot, state;
+  uint32_t handle;
+  jm_call call;     /* the start's decoded call (frame NULL): names, peers,
+                       buffers (data, count, dtype) for messages and checks */
+  const char *fn;   /* the MPI call, for messages */
+  const char *peer_kind;
+  int peer;
+  int nreq, nrecv;  /* MPI requests; the first nrecv are receives */
+  jm_Request reqs[JM_MAX_REQS];
+  jm_Status st[JM_MAX_REQS];
+  int recv_ret[JM_MAX_REQS]; /* receive k delivers call.ret[recv_ret[k]] */
+  int nkeep;                 /* buffers the wait must get, in order */
+  void *keep[JM_MAX_REQS + 1];
+  int collective;            /* MPI forbids cancelling or freeing these */
+  int complete, rc;          /* all requests done; MPI's code (or timeout) */
+  char what[48];             /* "wait of MPI_Irecv", for the watchdog */
+  XLA_FFI_Future *future;    /* a wait pending on this request */
+  const XLA_FFI_Api *api;
+  double deadline;           /* of the pending wait (0: none) */
+} jm_req;
+
+/* The table: slot pointers, generations and the list of active slots,
+ * guarded by `lock`; every MPI_Test* on a request is made under it too
+ * (MPI forbids testing one request from two threads at once). */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work = PTHREAD_COND_INITIALIZER;
+static jm_req *table[JM_SLOTS];
+static uint32_t gens[JM_SLOTS];
+static int active[JM_SLOTS], nactive, next_slot;
+static _Atomic int async_on, kicked;
+static int stopping; /* under `lock`: MPI is about to be finalized */
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+static int threads_ok;
+
+void jaxmpi_set_async(int on) { atomic_store(&async_on, on ? 1 : 0); }
+int jaxmpi_get_async(void) { return atomic_load(&async_on); }
+
+int jaxmpi_requests_shutdown(void) {
+  /* Every MPI call of the progress thread is made holding `lock`: once we
+   * have held it with `stopping` set, it makes none any more. */
+  pthread_mutex_lock(&lock);
+  stopping = 1;
+  atomic_store(&async_on, 0);
+  int n = nactive;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+int jaxmpi_requests_in_flight(void) {
+  pthread_mutex_lock(&lock);
+  int n = nactive;
+  pthread_mutex_unlock(&lock);
+  return n;
+}
+
+/* ---- the table (callers hold `lock`) ------------------------------------ */
+
+static int reserve(jm_req *r) {
+  if (nactive >= JM_SLOTS) return -1;
+  while (table[next_slot]) next_slot = (next_slot + 1) % JM_SLOTS;
+  int s = next_slot;
+  next_slot = (next_slot + 1) % JM_SLOTS;
+  gens[s] = gens[s] % (JM_GENS - 1) + 1; /* 1 .. JM_GENS-1: never handle 0 */
+  table[s] = r;
+  active[nactive++] = s;
+  r->slot = s;
+  r->handle = gens[s] * JM_SLOTS + (uint32_t)s;
+  r->state = R_STARTING;
+  return 0;
+}
+
+static void release(jm_req *r) {
+  table[r->slot] = NULL;
+  for (int i = 0; i < nactive; i++)
+    if (active[i] == r->slot) {
+      active[i] = active[--nactive];
+      break;
+    }
+}
+
+/* ---- completion --------------------------------------------------------- */
+
+/* The error of a completed request (NULL: success), and the receives'
+ * checks (zeros for PROC_NULL, sizes). */
+static XLA_FFI_Error *finish(jm_req *r) {
+  jm_call *c = &r->call;
+  if (r->rc == JM_ERR_TIMEOUT) {
+    snprintf(r->what, sizeof r->what, "the wait of %s", r->fn);
+    return jm_mpi_failure(c, r->what, r->peer_kind, r->peer, r->rc);
+  }
+  if (r->rc) {
+    for (int k = 0; k < r->nreq; k++) {
+      if (r->st[k].MPI_ERROR == 0) continue;
+      return jm_mpi_failure(c, k < r->nrecv ? "MPI_Wait (receive)"
+                                            : r->fn,
+                            r->peer_kind, r->peer, r->st[k].MPI_ERROR);
+    }
+    return jm_mpi_failure(c, r->fn, r->peer_kind, r->peer, r->rc);
+  }
+  for (int k = 0; k < r->nrecv; k++) {
+    if (r->recv_ret[k] < 0) continue;
+    XLA_FFI_Error *err = jm_check_received(c, &c->ret[r->recv_ret[k]], &r->st[k]);
+    if (err) return err;
+  }
+  return NULL;
+}
+
+/* Futures to complete, handed from the progress thread to the completion
+ * thread (XLA runs the program's continuation on the completing thread). */
+typedef struct jm_done {
+  XLA_FFI_Future *future;
+  XLA_FFI_Error *error;
+  const XLA_FFI_Api *api;
+  struct jm_done *next;
+} jm_done;
+
+static pthread_mutex_t qlock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t qcond = PTHREAD_COND_INITIALIZER;
+static jm_done *qhead, *qtail;
+
+static void complete_future(const XLA_FFI_Api *api, XLA_FFI_Future *f,
+                            XLA_FFI_Error *err) {
+  if (err) {
+    XLA_FFI_Future_SetError_Args a;
+    memset(&a, 0, sizeof a);
+    a.struct_size = XLA_FFI_Future_SetError_Args_STRUCT_SIZE;
+    a.future = f;
+    a.error = err;
+    XLA_FFI_Error *e = api->XLA_FFI_Future_SetError(&a);
+    if (e) {
+      XLA_FFI_Error_Destroy_Args d = {XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
+                                      NULL, e};
+      api->XLA_FFI_Error_Destroy(&d);
+    }
+    return;
+  }
+  XLA_FFI_Future_SetAvailable_Args a;
+  memset(&a, 0, sizeof a);
+  a.struct_size = XLA_FFI_Future_SetAvailable_Args_STRUCT_SIZE;
+  a.future = f;
+  XLA_FFI_Error *e = api->XLA_FFI_Future_SetAvailable(&a);
+  if (e) {
+    XLA_FFI_Error_Destroy_Args d = {XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
+                                    NULL, e};
+    api->XLA_FFI_Error_Destroy(&d);
+  }
+}
+
+static void *completion_main(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&qlock);
+  for (;;) {
+    while (!qhead) pthread_cond_wait(&qcond, &qlock);
+    jm_done *d = qhead;
+    qhead = d->next;
+    if (!qhead) qtail = NULL;
+    pthread_mutex_unlock(&qlock);
+    complete_future(d->api, d->future, d->error);
+    free(d);
+    pthread_mutex_lock(&qlock);
+  }
+  return NULL;
+}
+
+static void hand_over(jm_req *r, XLA_FFI_Error *err) {
+  jm_done *d = malloc(sizeof *d);
+  if (!d) { /* no memory for the queue item: complete it here */
+    complete_future(r->api, r->future, err);
+    return;
+  }
+  d->future = r->future;
+  d->error = err;
+  d->api = r->api;
+  d->next = NULL;
+  pthread_mutex_lock(&qlock);
+  if (qtail)
+    qtail->next = d;
+  else
+    qhead = d;
+  qtail = d;
+  pthread_cond_signal(&qcond);
+  pthread_mutex_unlock(&qlock);
+}
+
+/* Poll without a pause at first (a message due any moment), then sleep a
+ * little between polls so that the thread does not take a core from XLA's
+ * computation while messages are long in coming. */
+static void backoff(int64_t idle) {
+  if (idle < 64) {
+    sched_yield();
+    return;
+  }
+  struct timespec ts = {0, idle < 4096 ? 20000L : 200000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Test one request (lock held); past a pending wait's deadline, cancel its
+ * receives and complete it with the watchdog's error. */
+static void poll_one(jm_req *r, double *now) {
+  if (!r->complete) {
+    int flag = 0;
+    int rc = jm_mpi.Testall(r->nreq, r->reqs, &flag, r->st);
+    if (rc || flag) {
+      r->complete = 1;
+      r->rc = rc;
+    }
+  }
+  if (r->complete || r->state != R_WAITING || r->deadline <= 0) return;
+  if (*now < 0) *now = jm_mpi.Wtime();
+  if (*now <= r->deadline) return;
+  jm_cancel_receives(r->nrecv, r->reqs);
+  r->complete = 1;
+  r->rc = JM_ERR_TIMEOUT;
+}
+
+static void *progress_main(void *arg) {
+  (void)arg;
+  jm_req *finished[JM_SLOTS];
+  int64_t idle = 0;
+  pthread_mutex_lock(&lock);
+  for (;;) {
+    while (nactive == 0 || stopping) {
+      pthread_cond_wait(&work, &lock);
+      idle = 0;
+    }
+    int nfinished = 0, progressed = 0;
+    double now = -1;
+    for (int i = 0; i < nactive; i++) {
+      jm_req *r = table[active[i]];
+      if (r->state == R_STARTING) continue;
+      int was = r->complete;
+      poll_one(r, &now);
+      progressed |= r->complete != was;
+      if (r->complete && r->state == R_WAITING) finished[nfinished++] = r;
+    }
+    for (int i = 0; i < nfinished; i++) release(finished[i]);
+    pthread_mutex_unlock(&lock);
+    for (int i = 0; i < nfinished; i++) {
+      XLA_FFI_Error *err = finish(finished[i]);
+      hand_over(finished[i], err);
+      free(finished[i]);
+    }
+    if (atomic_exchange(&kicked, 0) || progressed) idle = 0;
+    backoff(idle++);
+    pthread_mutex_lock(&lock);
+  }
+  return NULL;
+}
+
+static void start_threads(void) {
+  pthread_attr_t attr;
+  pthread_t t;
+  if (pthread_attr_init(&attr)) return;
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  threads_ok = pthread_create(&t, &attr, completion_main, NULL) == 0 &&
+               pthread_create(&t, &attr, progress_main, NULL) == 0;
+  pthread_attr_destroy(&attr);
+}
+
+/* ---- starts ------------------------------------------------------------- */
+
+static XLA_FFI_Error *begin(jm_call *c, jm_req **out, const char *fn,
+                            const char *peer_kind, int peer) {
+  jm_req *r = calloc(1, sizeof *r);
+  if (!r)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "out of memory for a request");
+  r->call = *c;
+  r->call.frame = NULL;
+  r->call.stream = NULL;
+  for (int i = 0; i < JM_MAX_BUFFERS; i++) r->call.arg[i].dims = NULL;
+  for (int i = 0; i < JM_MAX_BUFFERS; i++) r->call.ret[i].dims = NULL;
+  r->fn = fn;
+  r->peer_kind = peer_kind;
+  r->peer = peer;
+  pthread_mutex_lock(&lock);
+  int full = reserve(r);
+  pthread_mutex_unlock(&lock);
+  if (full) {
+    free(r);
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "%d requests are in flight on rank %d, the most jaxmpi "
+                    "allows: wait some before starting more",
+                    JM_SLOTS, c->rank);
+  }
+  *out = r;
+  return NULL;
+}
+
+static void keep(jm_req *r, void *data) { r->keep[r->nkeep++] = data; }
+
+/* Undo a start whose MPI call failed: cancel what was posted (receives
+ * must never write into buffers XLA reuses), free the slot. */
+static XLA_FFI_Error *abandon(jm_call *c, jm_req *r, int rc) {
+  /* A collective's chunks already posted are left pending: MPI forbids
+   * cancelling or freeing them. */
+  jm_cancel_receives(r->nrecv < r->nreq ? r->nrecv : r->nreq, r->reqs);
+  if (!r->collective)
+    for (int k = r->nrecv; k < r->nreq; k++) jm_mpi.Request_free(&r->reqs[k]);
+  pthread_mutex_lock(&lock);
+  release(r);
+  pthread_mutex_unlock(&lock);
+  XLA_FFI_Error *err = jm_mpi_failure(c, r->fn, r->peer_kind, r->peer, rc);
+  free(r);
+  return err;
+}
+
+/* Publish a posted request and write its handle into result 0. */
+static XLA_FFI_Error *post(jm_call *c, jm_req *r, int rc, double t0) {
+  if (jm_cfg.debug)
+    jm_log(c, r->fn, r->peer_kind, r->peer, c->nargs ? c->arg[0].count : 0,
+           c->nargs ? c->arg[0].dtype : -1, t0);
+  if (rc) return abandon(c, r, rc);
+  float h = (float)r->handle;
+  memcpy(c->ret[0].data, &h, sizeof h);
+  pthread_mutex_lock(&lock);
+  r->state = R_POSTED;
+  pthread_cond_signal(&work);
+  pthread_mutex_unlock(&lock);
+  return NULL;
+}
+
+/* An elementwise collective (allreduce, bcast) in chunks of at most the
+ * count limit, one request each. */
+#define JM_CHUNKS(r, n, elsize, call)                                          \
+  do {                                                                         \
+    for (int64_t off = 0; off < (n) || (off == 0 && (n) == 0);                 \
+         off += jm_count.limit) {                                              \
+      int64_t m = (n)-off < jm_count.limit ? (n)-off : jm_count.limit;         \
+      int cn = (int)m;                                                         \
+      jm_Request *rq = &(r)->reqs[(r)->nreq];                                  \
+      rc = (call);                                                             \
+      if (rc) break;                                                           \
+      (r)->nreq++;                                                             \
+      if ((n) == 0) break;                                                     \
+    }                                                                          \
+  } while (0)
+
+static const char *offset(const void *p, int64_t off, size_t elsize) {
+  if (!p || p == jm_const.in_place) return p;
+  return (const char *)p + off * (int64_t)elsize;
+}
+
+static XLA_FFI_Error *too_many_chunks(jm_call *c, int64_t n) {
+  return jm_error(c, XLA_FFI_Error_Code_UNIMPLEMENTED,
+                  "%lld elements need more than %d requests of at most %lld "
+                  "elements each (JAXMPI_MAX_COUNT)",
+                  (long long)n, JM_MAX_REQS, (long long)jm_count.limit);
+}
+
+XLA_FFI_Error *jm_run_isend(jm_call *c) {
+  jm_buffer *x = &c->ret[1]; /* aliased to the input: the request's own */
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Isend", "dest", c->dest);
+  if (err) return err;
+  keep(r, x->data);
+  double t0 = jm_log_start();
+  int rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dest, c->tag,
+                    c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_irecv(jm_call *c) {
+  jm_buffer *y = &c->ret[1];
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Irecv", "source", c->source);
+  if (err) return err;
+  keep(r, y->data);
+  double t0 = jm_log_start();
+  int rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->source, c->tag,
+                    c->comm, &r->reqs[0]);
+  r->nreq = r->nrecv = rc ? 0 : 1;
+  r->recv_ret[0] = 1;
+  return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_isendrecv(jm_call *c) {
+  jm_buffer *x = &c->ret[1], *y = &c->ret[2]; /* aliased to the arguments */
+  JM_EXPECT(c, x->data != y->data || !x->count || !y->count,
+            "the send and receive buffers must differ");
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Irecv", "source", c->source);
+  if (err) return err;
+  keep(r, x->data);
+  keep(r, y->data);
+  double t0 = jm_log_start();
+  int rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->source,
+                    c->recvtag, c->comm, &r->reqs[0]);
+  if (rc) return post(c, r, rc, t0);
+  r->nreq = r->nrecv = 1;
+  r->recv_ret[0] = 2;
+  rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dest, c->sendtag,
+                c->comm, &r->reqs[1]);
+  if (rc) {
+    r->fn = "MPI_Isend";
+    r->peer_kind = "dest";
+    r->peer = c->dest;
+  } else {
+    r->nreq = 2;
+  }
+  return post(c, r, rc, t0);
+}
+
+static int too_many(int64_t n) {
+  return n > 0 && (n - 1) / jm_count.limit + 1 > JM_MAX_REQS;
+}
+
+XLA_FFI_Error *jm_run_iallreduce(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[1];
+  JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
+            "result must match the input's shape and dtype");
+  if (too_many(x->count)) return too_many_chunks(c, x->count);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Iallreduce", NULL, 0);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, y->data);
+  /* In place: the result is aliased to x (XLA copies x first where x is
+   * still needed). */
+  const void *s = x->data == y->data && x->count ? jm_const.in_place : x->data;
+  double t0 = jm_log_start();
+  int rc = 0;
+  JM_CHUNKS(r, x->count, x->elsize,
+            jm_mpi.Iallreduce(offset(s, off, x->elsize),
+                              (void *)offset(y->data, off, x->elsize), cn,
+                              x->mpi, c->op, c->comm, rq));
+  return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_ibcast(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[1];
+  JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
+            "result must match the input's shape and dtype");
+  if (too_many(x->count)) return too_many_chunks(c, x->count);
+  if (c->rank == c->root && x->data != y->data) /* aliased: never copies */
+    memcpy(y->data, x->data, (size_t)x->count * x->elsize);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Ibcast", "root", c->root);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, y->data);
+  double t0 = jm_log_start();
+  int rc = 0;
+  JM_CHUNKS(r, x->count, x->elsize,
+            jm_mpi.Ibcast((void *)offset(y->data, off, x->elsize), cn, x->mpi,
+                          c->root, c->comm, rq));
+  return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_ibarrier(jm_call *c) {
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Ibarrier", NULL, 0);
+  if (err) return err;
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Ibarrier(c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+static XLA_FFI_Error *over_limit(jm_call *c, int64_t n) {
+  return jm_error(c, XLA_FFI_Error_Code_UNIMPLEMENTED,
+                  "%lld elements per rank exceed the count limit %lld of the "
+                  "non-blocking form (use the blocking operation)",
+                  (long long)n, (long long)jm_count.limit);
+}
+
+XLA_FFI_Error *jm_run_ireduce(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[1];
+  JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
+            "result must match the input's shape and dtype");
+  if (too_many(x->count)) return too_many_chunks(c, x->count);
+  int root = c->rank == c->root;
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Ireduce", "root", c->root);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, y->data);
+  /* y is x's buffer (aliased): the root reduces in place; elsewhere it is
+   * only sent from, and the result is x passed through, as reduce does. */
+  const void *s = root && x->count ? jm_const.in_place : y->data;
+  double t0 = jm_log_start();
+  int rc = 0;
+  JM_CHUNKS(r, x->count, x->elsize,
+            jm_mpi.Ireduce(offset(s, off, x->elsize),
+                           root ? (void *)offset(y->data, off, x->elsize)
+                                : NULL,
+                           cn, x->mpi, c->op, c->root, c->comm, rq));
+  return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_iscan(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[1];
+  JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
+            "result must match the input's shape and dtype");
+  if (too_many(x->count)) return too_many_chunks(c, x->count);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Iscan", NULL, 0);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, y->data);
+  const void *s = x->data == y->data && x->count ? jm_const.in_place : x->data;
+  double t0 = jm_log_start();
+  int rc = 0;
+  JM_CHUNKS(r, x->count, x->elsize,
+            jm_mpi.Iscan(offset(s, off, x->elsize),
+                         (void *)offset(y->data, off, x->elsize), cn, x->mpi,
+                         c->op, c->comm, rq));
+  return post(c, r, rc, t0);
+}
+
+/* gather: the root's results [xs (x's own buffer), y (size blocks)];
+ * elsewhere [y] (x's buffer, sent from and passed through). */
+XLA_FFI_Error *jm_run_igather(jm_call *c) {
+  int root = c->rank == c->root;
+  JM_EXPECT(c, c->nrets == (root ? 3 : 2), "expected %d results, got %d",
+            root ? 3 : 2, c->nrets);
+  jm_buffer *x = &c->ret[1], *y = &c->ret[root ? 2 : 1];
+  JM_EXPECT(c, x->dtype == y->dtype &&
+                   y->count == (root ? c->size : 1) * x->count,
+            "result must hold %s", root ? "size copies of x" : "x");
+  if (x->count > jm_count.limit) return over_limit(c, x->count);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Igather", "root", c->root);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, x->data);
+  if (root) keep(r, y->data);
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Igather(x->data, (int)x->count, x->mpi,
+                          root ? y->data : NULL, (int)x->count, x->mpi,
+                          c->root, c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+/* scatter: the root's results [xs (x's own buffer), y (one block)];
+ * elsewhere [y] (the template's buffer). */
+XLA_FFI_Error *jm_run_iscatter(jm_call *c) {
+  int root = c->rank == c->root;
+  JM_EXPECT(c, c->nrets == (root ? 3 : 2), "expected %d results, got %d",
+            root ? 3 : 2, c->nrets);
+  jm_buffer *x = &c->ret[1], *y = &c->ret[root ? 2 : 1];
+  JM_EXPECT(c, x->dtype == y->dtype &&
+                   x->count == (root ? c->size : 1) * y->count,
+            "the root's x must hold size blocks of the result");
+  if (y->count > jm_count.limit) return over_limit(c, y->count);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Iscatter", "root", c->root);
+  if (err) return err;
+  r->collective = 1;
+  if (root) keep(r, x->data);
+  keep(r, y->data);
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Iscatter(root ? x->data : NULL, (int)y->count, y->mpi,
+                           y->data, (int)y->count, y->mpi, c->root, c->comm,
+                           &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+static XLA_FFI_Error *all_to_all(jm_call *c, int gather) {
+  jm_buffer *x = &c->ret[1], *y = &c->ret[2];
+  int64_t block = gather ? x->count : x->count / (c->size ? c->size : 1);
+  JM_EXPECT(c, x->dtype == y->dtype &&
+                   y->count == (gather ? c->size * x->count : x->count) &&
+                   (gather || block * c->size == x->count) &&
+                   x->data != y->data,
+            "buffers do not match the communicator's size");
+  if (block > jm_count.limit) return over_limit(c, block);
+  jm_req *r;
+  XLA_FFI_Error *err =
+      begin(c, &r, gather ? "MPI_Iallgather" : "MPI_Ialltoall", NULL, 0);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, x->data);
+  keep(r, y->data);
+  double t0 = jm_log_start();
+  int rc = gather ? jm_mpi.Iallgather(x->data, (int)block, x->mpi, y->data,
+                                      (int)block, x->mpi, c->comm, &r->reqs[0])
+                  : jm_mpi.Ialltoall(x->data, (int)block, x->mpi, y->data,
+                                     (int)block, x->mpi, c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_iallgather(jm_call *c) { return all_to_all(c, 1); }
+XLA_FFI_Error *jm_run_ialltoall(jm_call *c) { return all_to_all(c, 0); }
+
+/* Pair i sends xs[i] to dests[i] and receives ys[i] from sources[i], both
+ * with tag + i. Results [xs' (the sends' own buffers), ys]. */
+XLA_FFI_Error *jm_run_ineighbor_exchange(jm_call *c) {
+  const int n = c->nargs;
+  JM_EXPECT(c, c->nrets == 1 + 2 * n && c->nsources == n && c->ndests == n,
+            "%d send buffers, %d results, %d sources and %d dests do not "
+            "match", n, c->nrets, c->nsources, c->ndests);
+  JM_EXPECT(c, c->tag >= 0 && (int64_t)c->tag + n - 1 <= INT_MAX,
+            "tags %d to %d + %d - 1 are not all valid MPI tags", c->tag,
+            c->tag, n);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Irecv", "source", 0);
+  if (err) return err;
+  for (int i = 0; i < n; i++) keep(r, c->ret[1 + i].data);
+  for (int i = 0; i < n; i++) keep(r, c->ret[1 + n + i].data);
+  double t0 = jm_log_start();
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    jm_buffer *y = &c->ret[1 + n + i];
+    r->peer = c->sources[i];
+    rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->sources[i],
+                  c->tag + i, c->comm, &r->reqs[i]);
+    if (!rc) {
+      r->recv_ret[i] = 1 + n + i;
+      r->nreq = r->nrecv = i + 1;
+    }
+  }
+  if (rc) return post(c, r, rc, t0);
+  r->fn = "MPI_Isend";
+  r->peer_kind = "dest";
+  for (int i = 0; i < n && !rc; i++) {
+    jm_buffer *x = &c->ret[1 + i];
+    r->peer = c->dests[i];
+    rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],
+                  c->tag + i, c->comm, &r->reqs[n + i]);
+    if (!rc) r->nreq = n + i + 1;
+  }
+  if (!rc) {
+    r->fn = "MPI_Irecv/MPI_Isend";
+    r->peer_kind = NULL;
+  }
+  return post(c, r, rc, t0);
+}
+
+/* ---- the wait ----------------------------------------------------------- */
+
+static jm_call wait_call(const XLA_FFI_Api *api) {
+  jm_call c;
+  memset(&c, 0, sizeof c);
+  c.api = api;
+  c.opname = "wait";
+  return c;
+}
+
+/* Complete r in this thread (blocking, through the watchdog), free it. */
+static XLA_FFI_Error *finish_here(jm_req *r) {
+  if (!r->complete) {
+    double t0 = jm_log_start();
+    r->rc = jm_waitall(r->nreq, r->reqs, r->st, r->nrecv);
+    if (jm_cfg.debug) jm_log(&r->call, "MPI_Waitall", NULL, 0, r->nreq, -1, t0);
+    r->complete = 1;
+  }
+  XLA_FFI_Error *err = finish(r);
+  free(r);
+  return err;
+}
+
+/* XLA:CPU has consumed futures asynchronously since jaxlib 0.4.34; the
+ * Future_* entries of the API table sit after ThreadPool_NumThreads, which
+ * was inserted into the table: trust them only in an API at least as new as
+ * the header we were built with. */
+static int api_has_futures(const XLA_FFI_Api *api) {
+  return api->api_version.major_version == XLA_FFI_API_MAJOR &&
+         api->api_version.minor_version >= XLA_FFI_API_MINOR &&
+         api->struct_size >= offsetof(XLA_FFI_Api, XLA_FFI_Future_SetError) +
+                                 sizeof(void *);
+}
+
+XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame) {
+  if (jm_answer_metadata_query(frame)) return NULL;
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  const XLA_FFI_Api *api = frame->api;
+  jm_call wc = wait_call(api);
+  /* Argument 0 the handle; then the request's buffers; tokens skipped. */
+  void *bufs[JM_MAX_REQS + 2];
+  int nbufs = 0;
+  float hv = -1;
+  int have_handle = 0;
+  for (int64_t i = 0; i < frame->args.size; i++) {
+    XLA_FFI_Buffer *b = frame->args.args[i];
+    if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER ||
+        b->dtype == XLA_FFI_DataType_TOKEN)
+      continue;
+    if (!have_handle) {
+      if (b->dtype != XLA_FFI_DataType_F32 || b->rank != 0)
+        return jm_error(&wc, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "argument 0 must be a request handle (float32 "
+                        "scalar)");
+      memcpy(&hv, b->data, sizeof hv);
+      have_handle = 1;
+      continue;
+    }
+    if (nbufs == JM_MAX_REQS + 2) break;
+    bufs[nbufs++] = b->data;
+  }
+  uint32_t h = hv >= 1 && hv < (float)(JM_SLOTS * JM_GENS) ? (uint32_t)hv : 0;
+  int slot = (int)(h % JM_SLOTS);
+  pthread_mutex_lock(&lock);
+  jm_req *r = h && (float)h == hv ? table[slot] : NULL;
+  if (!r || r->handle != h || r->state != R_POSTED) {
+    int n = nactive;
+    pthread_mutex_unlock(&lock);
+    return jm_error(&wc, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                    "handle %.0f names no request in flight (a request "
+                    "waited twice, or a handle made outside jaxmpi; %d in "
+                    "flight)",
+                    (double)hv, n);
+  }
+  r->state = R_WAITING;
+  int moved = nbufs != r->nkeep;
+  for (int i = 0; !moved && i < nbufs; i++) moved = bufs[i] != r->keep[i];
+  int async = !moved && !r->complete && atomic_load(&async_on) &&
+              api_has_futures(api);
+  if (async) {
+    /* One more test: a request complete by now needs no future. */
+    double now = -1;
+    poll_one(r, &now);
+    async = !r->complete;
+  }
+  if (!async) {
+    release(r);
+    pthread_mutex_unlock(&lock);
+    if (moved) {
+      /* Complete it (MPI must be done with the buffers), then fail. */
+      if (!r->complete) jm_waitall(r->nreq, r->reqs, r->st, r->nrecv);
+      XLA_FFI_Error *err = jm_error(
+          &r->call, XLA_FFI_Error_Code_INTERNAL,
+          "the wait received other buffers than the request uses (XLA "
+          "copied one: the request's buffers must reach its wait untouched; "
+          "please report this with the program)");
+      free(r);
+      return err;
+    }
+    return finish_here(r);
+  }
+  pthread_once(&threads_once, start_threads);
+  if (!threads_ok) {
+    release(r);
+    pthread_mutex_unlock(&lock);
+    return finish_here(r);
+  }
+  XLA_FFI_Future_Create_Args fa;
+  memset(&fa, 0, sizeof fa);
+  fa.struct_size = XLA_FFI_Future_Create_Args_STRUCT_SIZE;
+  XLA_FFI_Error *ferr = api->XLA_FFI_Future_Create(&fa);
+  if (ferr || !fa.future) {
+    if (ferr) {
+      XLA_FFI_Error_Destroy_Args d = {XLA_FFI_Error_Destroy_Args_STRUCT_SIZE,
+                                      NULL, ferr};
+      api->XLA_FFI_Error_Destroy(&d);
+    }
+    release(r);
+    pthread_mutex_unlock(&lock);
+    return finish_here(r);
+  }
+  r->future = fa.future;
+  r->api = api;
+  double limit = jm_watchdog_timeout();
+  r->deadline = limit > 0 ? jm_mpi.Wtime() + limit : 0;
+  frame->future = fa.future;
+  atomic_store(&kicked, 1);
+  pthread_mutex_unlock(&lock);
+  return NULL;
+}

@@ -1,0 +1,526 @@
+"""Non-blocking operations: every op against NumPy in and out of jit and in
+loops, buffers that XLA may not touch while a request is in flight,
+misuse errors, the watchdog, gradients and vmap against the blocking ops."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+from mpi4py import MPI
+
+import jaxmpi
+from jaxmpi import notoken as mpx
+from util import (DTYPE_IDS, DTYPES, MODES, RANK, REDUCTION_CASES,
+                  REDUCTION_IDS, SIZE, all_data, check, data, reduce_ref, run)
+
+SHAPE = (4, 3)
+RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+
+
+def ring(a):
+    """Receive from the left, send to the right: both in flight at once,
+    started receive first on even ranks and send first on odd ones."""
+    if RANK % 2:
+        s = mpx.isend(a, RIGHT, tag=5)
+        r = mpx.irecv(a, LEFT, tag=5)
+    else:
+        r = mpx.irecv(a, LEFT, tag=5)
+        s = mpx.isend(a, RIGHT, tag=5)
+    y, none = mpx.waitall([r, s])
+    assert none is None
+    return y
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_isend_irecv_ring(dtype, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    check(run(mode, ring, x), data(LEFT, SHAPE, dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_isendrecv(dtype, mode):
+    # Shapes of sent and received arrays differ: the received shape comes
+    # from the template alone.
+    x = jnp.asarray(data(RANK, (6,), dtype))
+    t = jnp.zeros((2, 3), dtype)
+    y = run(mode, lambda a, b: mpx.wait(mpx.isendrecv(a, b, LEFT, RIGHT)), x, t)
+    check(y, data(LEFT, (6,), dtype).reshape(2, 3))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype,opname", REDUCTION_CASES, ids=REDUCTION_IDS)
+def test_iallreduce(dtype, opname, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype, small=True))
+    y = run(mode, lambda a: mpx.wait(mpx.iallreduce(a, getattr(MPI, opname))), x)
+    check(y, reduce_ref(all_data(SHAPE, dtype, small=True), opname, dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("root", sorted({0, SIZE - 1}))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_ibcast(dtype, root, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    check(run(mode, lambda a: mpx.wait(mpx.ibcast(a, root)), x),
+          data(root, SHAPE, dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ibarrier_and_token_forms(mode):
+    x = jnp.asarray(data(RANK, SHAPE, np.float64))
+
+    def f(a):
+        req, tok = jaxmpi.ibarrier()
+        tok = jaxmpi.wait(req, token=tok)
+        req, tok = jaxmpi.iallreduce(a, op=MPI.SUM, token=tok)
+        y, tok = jaxmpi.wait(req, token=tok)
+        (ys, tok) = jaxmpi.waitall([jaxmpi.irecv(a, LEFT, tag=1)[0],
+                                    jaxmpi.isend(a, RIGHT, tag=1)[0]],
+                                   token=tok)
+        return y, ys[0]
+
+    y, z = run(mode, f, x)
+    check(y, reduce_ref(all_data(SHAPE, np.float64), "SUM", np.float64))
+    check(z, data(LEFT, SHAPE, np.float64))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tags_matched_not_order(mode):
+    # Two messages in flight to the same rank, received in the other order.
+    x = jnp.asarray(data(RANK, SHAPE, np.int64))
+
+    def f(a):
+        s1 = mpx.isend(a, RIGHT, tag=1)
+        s2 = mpx.isend(a * 10, RIGHT, tag=2)
+        r2 = mpx.irecv(a, LEFT, tag=2)
+        r1 = mpx.irecv(a, LEFT, tag=1)
+        y2 = mpx.wait(r2)
+        y1 = mpx.wait(r1)
+        mpx.waitall([s2, s1])
+        return y1, y2
+
+    y1, y2 = run(mode, f, x)
+    check(y1, data(LEFT, SHAPE, np.int64))
+    check(y2, data(LEFT, SHAPE, np.int64) * 10)
+
+
+def test_fori_loop_ring_shift():
+    # After SIZE + 1 shifts every rank holds its left neighbour's data.
+    x = jnp.asarray(data(RANK, SHAPE, np.float32))
+    y = jax.jit(lambda a: jax.lax.fori_loop(0, SIZE + 1, lambda i, b: ring(b), a))(x)
+    check(y, data(LEFT, SHAPE, np.float32))
+
+
+def test_fori_loop_iallreduce_overlapping_compute():
+    x = jnp.asarray(data(RANK, SHAPE, np.float64))
+
+    def body(i, carry):
+        a, acc = carry
+        req = mpx.iallreduce(a, MPI.SUM)
+        acc = acc + jnp.sin(a).sum()  # independent work while in flight
+        return mpx.wait(req) / SIZE, acc
+
+    y, _ = jax.jit(lambda a: jax.lax.fori_loop(0, 3, body, (a, 0.0)))(x)
+    mean = reduce_ref(all_data(SHAPE, np.float64), "SUM", np.float64) / SIZE
+    np.testing.assert_allclose(np.asarray(y), mean, rtol=1e-12)
+
+
+# ---- the request's buffers stay untouched until the wait --------------------
+
+
+def test_send_buffer_overwritten_in_program_after_start():
+    # x is changed in place after the start; the peer must get the original.
+    x = jnp.asarray(data(RANK, SHAPE, np.float64))
+
+    def f(a):
+        r = mpx.irecv(a, LEFT, tag=3)
+        s = mpx.isend(a, RIGHT, tag=3)
+        a = a.at[:].set(-1.0)             # may reuse a's buffer in place
+        a = a * 2 + jnp.cos(a)
+        y = mpx.wait(r)
+        mpx.wait(s)
+        return y, a
+
+    for donate in ((), (0,)):
+        y, a = jax.jit(f, donate_argnums=donate)(jnp.array(x))
+        check(y, data(LEFT, SHAPE, np.float64))
+        check(a, np.full(SHAPE, -2.0 + np.cos(-1.0)))
+
+
+def test_receive_template_reused_after_start():
+    # The template's value is used after the start: the receive must not
+    # write into it, and the template's uses see the template.
+    x = jnp.asarray(data(RANK, SHAPE, np.int32))
+
+    def f(a, t):
+        r = mpx.irecv(t, LEFT, tag=4)
+        s = mpx.isend(a, RIGHT, tag=4)
+        u = t + 1                      # uses the template while in flight
+        y = mpx.wait(r)
+        mpx.wait(s)
+        return y, u
+
+    t = jnp.full(SHAPE, 7, np.int32)
+    for donate in ((), (1,)):
+        y, u = jax.jit(f, donate_argnums=donate)(x, jnp.array(t))
+        check(y, data(LEFT, SHAPE, np.int32))
+        check(u, np.full(SHAPE, 8, np.int32))
+
+
+def test_loop_carry_changed_while_in_flight():
+    # In a loop the carry is updated in place between start and wait.
+    x = jnp.asarray(data(RANK, (64,), np.float64))
+
+    def body(i, carry):
+        a, got = carry
+        r = mpx.irecv(a, LEFT, tag=6)
+        s = mpx.isend(a, RIGHT, tag=6)
+        a = a.at[0].add(1.0)           # in place on the carry
+        got = got + mpx.wait(r)
+        mpx.wait(s)
+        return a, got
+
+    a, got = jax.jit(lambda v: jax.lax.fori_loop(
+        0, 3, body, (v, jnp.zeros_like(v))))(x)
+    left = data(LEFT, (64,), np.float64)
+    bump = np.zeros(64)
+    bump[0] = 1.0
+    check(got, 3 * left + (0 + 1 + 2) * bump)
+    check(a, data(RANK, (64,), np.float64) + 3 * bump)
+
+
+# ---- misuse --------------------------------------------------------------------
+
+
+def test_request_returned_from_jit_is_an_error():
+    x = jnp.ones(3)
+    with pytest.raises(TypeError, match=r"jaxmpi.iallreduce .*cannot leave"):
+        jax.jit(lambda a: mpx.iallreduce(a, MPI.SUM))(x)
+    with pytest.raises(TypeError, match=r"jaxmpi.irecv .*cannot leave"):
+        jax.jit(lambda a: jax.lax.fori_loop(
+            0, 2, lambda i, c: mpx.irecv(a, LEFT), mpx.irecv(a, LEFT)))(x)
+
+
+def test_waited_twice_is_an_error():
+    def f(a):
+        req = mpx.ibarrier()
+        mpx.wait(req)
+        mpx.wait(req)
+
+    with pytest.raises(RuntimeError, match=r"jaxmpi.ibarrier .* already waited"):
+        jax.jit(f)(jnp.ones(2))
+    with pytest.raises(RuntimeError, match=r"jaxmpi.ibarrier .* already waited"):
+        f(jnp.ones(2))
+
+
+def test_never_waited_in_jit_is_an_error():
+    def f(a):
+        mpx.iallreduce(a, MPI.SUM)
+        return a + 1
+
+    before = jaxmpi._core.get().requests_in_flight()
+    with pytest.raises(RuntimeError,
+                       match=r"jaxmpi.iallreduce started at .*test_nonblocking"
+                             r".py:\d+ was never waited"):
+        jax.jit(f)(jnp.ones(2))
+    # Nothing was posted.
+    assert jaxmpi._core.get().requests_in_flight() == before
+
+
+def test_waited_in_another_function_is_an_error():
+    def f(a):
+        req = mpx.iallreduce(a, MPI.SUM)
+        return jax.jit(lambda b: mpx.wait(req) + b)(a)
+
+    with pytest.raises(RuntimeError, match=r"must be waited in the function"):
+        jax.jit(f)(jnp.ones(2))
+    jaxmpi.notoken.allreduce(jnp.ones(2), MPI.SUM)  # nothing left behind
+
+
+def test_eager_request_dropped_is_an_error_at_the_next_call():
+    mpx.irecv(jnp.ones(2), MPI.PROC_NULL)  # dropped at once
+    with pytest.raises(RuntimeError, match=r"jaxmpi.allreduce: a request of "
+                       r"jaxmpi.irecv started at .* was never waited"):
+        mpx.allreduce(jnp.ones(2), MPI.SUM)
+    check(mpx.allreduce(jnp.ones(2), MPI.SUM), np.full(2, float(SIZE)))
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match=r"wait: request must be a jaxmpi "
+                       r"Request, got int"):
+        mpx.wait(3)
+    with pytest.raises(ValueError, match=r"isend: dest"):
+        mpx.isend(jnp.ones(2), SIZE + 5)
+    with pytest.raises(TypeError, match=r"waitall: requests\[0\]"):
+        mpx.waitall([None])
+
+
+def test_proc_null_receive_is_zeros():
+    y = jax.jit(lambda a: mpx.wait(mpx.irecv(a, MPI.PROC_NULL)))(
+        jnp.full(SHAPE, 3.0))
+    check(y, np.zeros(SHAPE))
+
+
+def test_size_mismatch_is_an_error_at_the_wait():
+    comm = MPI.COMM_WORLD.Clone()
+    try:
+        def f(a, t):
+            r = mpx.irecv(t, LEFT, tag=9, comm=comm)
+            s = mpx.isend(a, RIGHT, tag=9, comm=comm)
+            mpx.wait(s, )
+            return mpx.wait(r)
+
+        with pytest.raises(jax.errors.JaxRuntimeError,
+                           match=r"jaxmpi.irecv: rank \d+ received 16 bytes "
+                                 r"from rank \d+ .*expected 3 elements"):
+            jax.block_until_ready(jax.jit(f)(jnp.zeros(2), jnp.zeros(3)))
+    finally:
+        comm.Free()
+
+
+def test_watchdog_ends_a_wait_that_never_completes():
+    comm = MPI.COMM_WORLD.Clone()
+    before = jaxmpi._core.get().requests_in_flight()
+    jaxmpi.set_timeout(0.5)
+    try:
+        f = jax.jit(lambda a: mpx.wait(mpx.irecv(a, RANK, tag=77, comm=comm)))
+        with pytest.raises(jax.errors.JaxRuntimeError,
+                           match=r"jaxmpi.irecv: timed out after 0.5 s "
+                                 r"\(JAXMPI_TIMEOUT\) in the wait of "
+                                 r"MPI_Irecv on rank \d+ of \d+, source \d+, "
+                                 r"tag 77"):
+            jax.block_until_ready(f(jnp.zeros(3)))
+    finally:
+        jaxmpi.set_timeout(None)
+        comm.Free()
+    assert jaxmpi._core.get().requests_in_flight() == before
+
+
+def test_blocking_wait_mode_gives_the_same_results():
+    core = jaxmpi._core.get()
+    was = core.async_wait()
+    core.set_async(False)
+    try:
+        x = jnp.asarray(data(RANK, SHAPE, np.float64))
+        check(jax.jit(ring)(x), data(LEFT, SHAPE, np.float64))
+    finally:
+        core.set_async(was)
+
+
+# ---- gradients and vmap, against the blocking ops ---------------------------
+
+
+def _pair(nonblocking, adjoint="replicated"):
+    def f(x, w):
+        if nonblocking:
+            r = mpx.irecv(x, LEFT, tag=2)
+            s = mpx.isend(x * w, RIGHT, tag=2)
+            y = mpx.wait(r)
+            mpx.wait(s)
+            z = mpx.wait(mpx.isendrecv(jnp.sin(x), x, RIGHT, LEFT))
+            t = mpx.wait(mpx.iallreduce(x * y, MPI.SUM, adjoint=adjoint))
+        else:
+            y = mpx.sendrecv(x * w, x, LEFT, RIGHT, sendtag=2, recvtag=2)
+            z = mpx.sendrecv(jnp.sin(x), x, RIGHT, LEFT)
+            t = mpx.allreduce(x * y, MPI.SUM, adjoint=adjoint)
+        return jnp.sum(y * w + z * z + t * (RANK + 1))
+
+    return f
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_grad_matches_blocking(jit):
+    x = jnp.asarray(data(RANK, (5,), np.float64)) + 0.25
+    w = jnp.asarray(data(RANK, (5,), np.float64, seed=1)) - 0.5
+    wrap = jax.jit if jit else (lambda g: g)
+    g = wrap(jax.grad(_pair(True), argnums=(0, 1)))(x, w)
+    ref = jax.grad(_pair(False), argnums=(0, 1))(x, w)
+    for a, b in zip(g, ref):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12)
+    t = jax.jvp(_pair(True), (x, w), (w, x))[1]
+    tref = jax.jvp(_pair(False), (x, w), (w, x))[1]
+    np.testing.assert_allclose(float(t), float(tref), rtol=1e-12)
+
+
+def test_check_grads_forward_and_global_adjoint():
+    # Forward mode numerically, rank by rank (as for the blocking ops);
+    # reverse mode as the global adjoint identity, which only holds summed
+    # over ranks: sum_r <ct_r, J t> = sum_r <J^T ct, t_r>.
+    x = jnp.asarray(data(RANK, (3,), np.float64)) + 0.25
+    w = jnp.asarray(data(RANK, (3,), np.float64, seed=1)) - 0.5
+    f = _pair(True, "sum")
+    check_grads(f, (x, w), order=1, modes=("fwd",), eps=1e-4)
+    tx = jnp.asarray(data(RANK, (3,), np.float64, seed=2))
+    tw = jnp.asarray(data(RANK, (3,), np.float64, seed=3))
+    _, jt = jax.jvp(f, (x, w), (tx, tw))
+    ct = 0.5 + RANK
+    _, vjp = jax.vjp(f, x, w)
+    gx, gw = vjp(jnp.float64(ct))
+    lhs = MPI.COMM_WORLD.allreduce(float(ct * jt))
+    rhs = MPI.COMM_WORLD.allreduce(float(jnp.vdot(gx, tx) + jnp.vdot(gw, tw)))
+    np.testing.assert_allclose(lhs, rhs, rtol=1e-10)
+
+
+def test_grad_iallreduce_sum_adjoint():
+    x = jnp.asarray(data(RANK, (4,), np.float64))
+
+    def f(nonblocking, a):
+        if nonblocking:
+            y = mpx.wait(mpx.iallreduce(a * a, MPI.SUM, adjoint="sum"))
+        else:
+            y = mpx.allreduce(a * a, MPI.SUM, adjoint="sum")
+        return jnp.sum(y * (RANK + 1))
+
+    g = jax.jit(jax.grad(lambda a: f(True, a)))(x)
+    check(g, np.asarray(jax.grad(lambda a: f(False, a))(x)))
+    # Exact adjoint: d/dx_r of sum_s (s+1) * sum_q x_q^2 = 2 x_r * sum(s+1).
+    check(g, 2 * np.asarray(x) * SIZE * (SIZE + 1) / 2)
+
+
+def test_grad_of_non_sum_is_clear():
+    with pytest.raises(NotImplementedError, match=r"iallreduce: derivatives "
+                       r"are defined for MPI.SUM only"):
+        jax.grad(lambda a: mpx.wait(mpx.iallreduce(a, MPI.MAX)).sum())(
+            jnp.ones(2))
+
+
+def test_vmap_equals_loop():
+    xs = jnp.asarray(np.stack([data(RANK, SHAPE, np.float64, seed=s)
+                               for s in range(3)]))
+
+    def f(a):
+        r = mpx.irecv(a, LEFT, tag=8)
+        s = mpx.isend(a, RIGHT, tag=8)
+        y = mpx.wait(r)
+        mpx.wait(s)
+        return y + mpx.wait(mpx.iallreduce(a, MPI.SUM))
+
+    got = jax.jit(jax.vmap(f, in_axes=1, out_axes=1))(jnp.moveaxis(xs, 0, 1))
+    ref = jnp.stack([jax.jit(f)(xs[i]) for i in range(3)], axis=1)
+    check(got, np.asarray(ref))
+
+
+# ---- the other collectives and the neighbour exchange ------------------------
+
+SOME = [np.dtype(d) for d in (np.int32, np.float64, np.complex64)] + [
+    d for d in DTYPES if d.name == "bfloat16"]
+ROOTS = sorted({0, SIZE - 1})
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("opname", ["SUM", "MAX"])
+@pytest.mark.parametrize("root", ROOTS)
+def test_ireduce(root, opname, mode):
+    x = jnp.asarray(data(RANK, SHAPE, np.int64))
+    y = run(mode, lambda a: mpx.wait(mpx.ireduce(a, getattr(MPI, opname),
+                                                 root)), x)
+    ref = (reduce_ref(all_data(SHAPE, np.int64), opname, np.int64)
+           if RANK == root else data(RANK, SHAPE, np.int64))
+    check(y, ref)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", SOME, ids=str)
+def test_iscan(dtype, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    y = run(mode, lambda a: mpx.wait(mpx.iscan(a, MPI.SUM)), x)
+    check(y, reduce_ref(all_data(SHAPE, dtype)[:RANK + 1], "SUM", dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("root", ROOTS)
+@pytest.mark.parametrize("dtype", SOME, ids=str)
+def test_igather_iscatter(dtype, root, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    y = run(mode, lambda a: mpx.wait(mpx.igather(a, root)), x)
+    check(y, np.stack(all_data(SHAPE, dtype)) if RANK == root
+          else data(RANK, SHAPE, dtype))
+    blocks = jnp.asarray(np.stack([data(RANK * 10 + r, SHAPE, dtype)
+                                   for r in range(SIZE)]))
+    src = blocks if RANK == root else jnp.zeros(SHAPE, dtype)
+    z = run(mode, lambda a: mpx.wait(mpx.iscatter(a, root)), src)
+    check(z, data(root * 10 + RANK, SHAPE, dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", SOME, ids=str)
+def test_iallgather_ialltoall(dtype, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    y = run(mode, lambda a: mpx.wait(mpx.iallgather(a)), x)
+    check(y, np.stack(all_data(SHAPE, dtype)))
+    blocks = jnp.asarray(np.stack([data(RANK * 10 + r, SHAPE, dtype)
+                                   for r in range(SIZE)]))
+    z = run(mode, lambda a: mpx.wait(mpx.ialltoall(a)), blocks)
+    check(z, np.stack([data(r * 10 + RANK, SHAPE, dtype)
+                       for r in range(SIZE)]))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ineighbor_exchange(mode):
+    # Pair 0 shifts right, pair 1 shifts left with another shape and dtype.
+    a = jnp.asarray(data(RANK, (5,), np.float32))
+    b = jnp.asarray(data(RANK, (2, 2), np.int16))
+
+    def f(a, b):
+        req = mpx.ineighbor_exchange([a, b], [a, b], [LEFT, RIGHT],
+                                     [RIGHT, LEFT], tag=20)
+        return mpx.wait(req)
+
+    ya, yb = run(mode, f, a, b)
+    check(ya, data(LEFT, (5,), np.float32))
+    check(yb, data(RIGHT, (2, 2), np.int16))
+
+
+def _collectives(nonblocking):
+    root = SIZE - 1
+
+    def f(x):
+        w = mpx.wait if nonblocking else (lambda y: y)
+        i = (lambda name: getattr(mpx, "i" + name)) if nonblocking else (
+            lambda name: getattr(mpx, name))
+        r = w(i("reduce")(x * x, MPI.SUM, root))
+        s = w(i("scan")(jnp.sin(x), MPI.SUM))
+        g = w(i("gather")(x * r, root))
+        blocks = jnp.stack([x * (k + 1) for k in range(SIZE)])
+        sc = w(i("scatter")(blocks if RANK == root else x, root))
+        ag = w(i("allgather")(x + s))
+        at = w(i("alltoall")(blocks * x))
+        (nx,) = w(i("neighbor_exchange")([x * 3], [x], [LEFT], [RIGHT]))
+        return (jnp.sum(r * (RANK + 1)) + jnp.sum(g) + jnp.sum(sc * x)
+                + jnp.sum(ag * (RANK + 2)) + jnp.sum(at * at) + jnp.sum(nx * x))
+
+    return f
+
+
+def test_collectives_grad_and_jvp_match_blocking():
+    x = jnp.asarray(data(RANK, (3,), np.float64)) + 0.5
+    g = jax.jit(jax.grad(_collectives(True)))(x)
+    ref = jax.grad(_collectives(False))(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(ref), rtol=1e-12)
+    t = jnp.asarray(data(RANK, (3,), np.float64, seed=4))
+    tj = jax.jvp(_collectives(True), (x,), (t,))[1]
+    tr = jax.jvp(_collectives(False), (x,), (t,))[1]
+    np.testing.assert_allclose(float(tj), float(tr), rtol=1e-12)
+
+
+def test_vmap_reduce_scan_exchange_equal_loop():
+    xs = jnp.asarray(np.stack([data(RANK, SHAPE, np.float64, seed=s)
+                               for s in range(3)]))
+
+    def f(a):
+        r = mpx.wait(mpx.ireduce(a, MPI.SUM, 0))
+        s = mpx.wait(mpx.iscan(a, MPI.SUM))
+        (n,) = mpx.wait(mpx.ineighbor_exchange([a], [a], [LEFT], [RIGHT]))
+        return r + 2 * s + 3 * n
+
+    got = jax.jit(jax.vmap(f))(xs)
+    ref = jnp.stack([jax.jit(f)(xs[i]) for i in range(3)])
+    check(got, np.asarray(ref))
+
+
+def test_vmap_of_gather_is_refused_clearly():
+    with pytest.raises(NotImplementedError, match=r"jaxmpi.igather: vmap is "
+                       r"not supported yet"):
+        jax.vmap(lambda a: mpx.wait(mpx.igather(a, 0)))(jnp.ones((2, 3)))
