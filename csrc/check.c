@@ -266,8 +266,8 @@ XLA_FFI_Error *jm_check_collective(jm_call *c, const jm_op_desc *desc,
 }
 
 /* The checked call: the signatures' exchange and the report. Out of line,
- * so that the unchecked path above stays small (callgrind: about 110
- * instructions per unchecked call with it inlined, mostly its stack frame). */
+ * so that the unchecked path above keeps a small stack frame (callgrind:
+ * 113 instructions of this file per unchecked call inlined, 103 apart). */
 static __attribute__((noinline)) XLA_FFI_Error *exchange(
     jm_call *c, const jm_op_desc *desc, jm_shadow *sh, const jm_buffer *b,
     int64_t seq) {
