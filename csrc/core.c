@@ -101,10 +101,19 @@ int jaxmpi_half_op(int dtype, int kind, uint64_t *out) {
 int jaxmpi_shadow_init(char *err, size_t errlen) {
   return jm_shadow_init(err, errlen);
 }
-void jaxmpi_set_check(int on) { jm_check_set(on); }
-int jaxmpi_get_check(void) { return jm_check_on(); }
+void jaxmpi_set_check(int mode) { jm_check_set(mode); }
+int jaxmpi_get_check(void) { return jm_check_mode(); }
+int jaxmpi_check_scheduled(int64_t n) { return jm_check_scheduled(n); }
 int jaxmpi_check_name_op(uint64_t op, const char *name) {
   return jm_check_name_op(JM_HANDLE(jm_Op, op), name);
+}
+void jaxmpi_set_error_classes(int truncate) { jm_const.err_truncate = truncate; }
+int jaxmpi_register_site(int64_t id, const char *text) {
+  return jm_site_register(id, text);
+}
+int jaxmpi_site_text(int64_t id, char *out, size_t len) {
+  jm_site_text(id, out, len);
+  return len && out[0] ? 0 : -1;
 }
 void jaxmpi_set_timeout(double seconds) { jm_watchdog_set(seconds); }
 double jaxmpi_get_timeout(void) { return jm_watchdog_timeout(); }

@@ -48,11 +48,20 @@ JM_EXPORT int jaxmpi_half_op(int dtype, int kind, uint64_t *out);
 
 /* Communicator shadows (shadow.h), once at configuration. */
 JM_EXPORT int jaxmpi_shadow_init(char *err, size_t errlen);
-/* Reliability switches (any time): cross-rank checks on/off, and the
- * deadlock watchdog's timeout in seconds (0: off). */
-JM_EXPORT void jaxmpi_set_check(int on);
+/* Reliability switches (any time): cross-rank checks (mode 0: off, 1: the
+ * sparse default, 2: every call), and the deadlock watchdog's timeout in
+ * seconds (0: off). */
+JM_EXPORT void jaxmpi_set_check(int mode);
 JM_EXPORT int jaxmpi_get_check(void);
+/* 1 if the default mode checks a communicator's n-th collective. */
+JM_EXPORT int jaxmpi_check_scheduled(int64_t n);
 JM_EXPORT int jaxmpi_check_name_op(uint64_t op, const char *name);
+/* MPI_ERR_TRUNCATE's class (mpi4py's MPI.ERR_TRUNCATE). */
+JM_EXPORT void jaxmpi_set_error_classes(int truncate);
+/* Python source lines of calls (named by the watchdog and the debug log):
+ * register `text` under `id` (the `site` attribute of the lowered call). */
+JM_EXPORT int jaxmpi_register_site(int64_t id, const char *text);
+JM_EXPORT int jaxmpi_site_text(int64_t id, char *out, size_t len);
 JM_EXPORT void jaxmpi_set_timeout(double seconds);
 JM_EXPORT double jaxmpi_get_timeout(void);
 

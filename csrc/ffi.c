@@ -2,6 +2,7 @@
  * and the exported handler of every op in ops.h. */
 #include "ffi.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -38,6 +39,48 @@ static const char *dtype_name(int dtype) {
   if (dtype >= 0 && dtype < JM_NDTYPES && jm_dtypes[dtype].name)
     return jm_dtypes[dtype].name;
   return "unsupported";
+}
+
+/* ---- call sites ----------------------------------------------------------- */
+
+/* Open addressing on the id; full, a site stays unknown (messages then name
+ * no line). Written at lowering, read on error and debug paths only. */
+#define JM_MAX_SITES 4096
+static struct {
+  int64_t id;
+  char text[200];
+} sites[JM_MAX_SITES];
+static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int jm_site_register(int64_t id, const char *text) {
+  if (!id || !text) return -1;
+  int rc = -1;
+  pthread_mutex_lock(&sites_lock);
+  for (size_t k = 0; k < JM_MAX_SITES; k++) {
+    size_t i = ((uint64_t)id + k) % JM_MAX_SITES;
+    if (sites[i].id && sites[i].id != id) continue;
+    sites[i].id = id;
+    snprintf(sites[i].text, sizeof sites[i].text, "%s", text);
+    rc = 0;
+    break;
+  }
+  pthread_mutex_unlock(&sites_lock);
+  return rc;
+}
+
+const char *jm_site_text(int64_t id, char *out, size_t len) {
+  if (len) out[0] = '\0';
+  if (!id || !len) return out;
+  pthread_mutex_lock(&sites_lock);
+  for (size_t k = 0; k < JM_MAX_SITES; k++) {
+    size_t i = ((uint64_t)id + k) % JM_MAX_SITES;
+    if (!sites[i].id) break;
+    if (sites[i].id != id) continue;
+    snprintf(out, len, "%s", sites[i].text);
+    break;
+  }
+  pthread_mutex_unlock(&sites_lock);
+  return out;
 }
 
 /* ---- errors ------------------------------------------------------------- */
@@ -110,15 +153,29 @@ static XLA_FFI_Error *timeout_failure(jm_call *c, const char *fn,
       strcmp(peer_kind, "source") == 0)
     snprintf(where + strlen(where), sizeof where - strlen(where), ", dest %d",
              c->dest);
+  char site[200], from[240] = "";
+  if (jm_site_text(c->site, site, sizeof site)[0])
+    snprintf(from, sizeof from, " (this rank's call at %s)", site);
+  const char *why =
+      c->size == 1
+          ? "Likely cause: the communicator has 1 rank, so only this process "
+            "could make the matching call, and it cannot while it waits here "
+            "(jaxmpi calls run one at a time, in program order): was the job "
+            "started without mpirun/mpiexec -n N, or is a receive from itself "
+            "missing its send?"
+          : "Likely causes: a rank took another branch or order of calls and "
+            "never makes this one (with JAXMPI_DEBUG=1 each call is logged "
+            "when it starts: the last line of each rank names the call it "
+            "waits in), a receive with no matching send, or a rank that "
+            "died, raised or is far behind.";
   return jm_error(c, XLA_FFI_Error_Code_DEADLINE_EXCEEDED,
                   "timed out after %.3g s (JAXMPI_TIMEOUT) in %s on rank %d of "
                   "%d%s%s%s, jaxmpi call #%lld of this process: the peer(s) "
-                  "never made the matching call (a deadlock, or a rank that "
-                  "died or is far behind). The call was abandoned, not "
-                  "completed: the communicator cannot be used any more; end "
-                  "the job (MPI.COMM_WORLD.Abort(1))",
+                  "never made the matching call%s. %s The call was abandoned, "
+                  "not completed: the communicator cannot be used any more; "
+                  "end the job (MPI.COMM_WORLD.Abort(1))",
                   jm_watchdog_timeout(), fn, c->rank, c->size, where, tags, t2,
-                  (long long)c->callno);
+                  (long long)c->callno, from, why);
 }
 
 XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
@@ -138,6 +195,38 @@ XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
 }
 
 /* ---- debug log ---------------------------------------------------------- */
+
+/* "float32[4,5]" of a call's first array, "" when it has none. */
+static void describe_payload(const jm_call *c, char *out, size_t len) {
+  const jm_buffer *b = c->nargs ? &c->arg[0] : c->nrets ? &c->ret[0] : NULL;
+  out[0] = '\0';
+  if (!b) return;
+  size_t n = (size_t)snprintf(out, len, " %s[", dtype_name(b->dtype));
+  for (int64_t d = 0; d < b->ndim && n < len; d++)
+    n += (size_t)snprintf(out + n, len - n, d ? ",%lld" : "%lld",
+                          (long long)b->dims[d]);
+  if (n < len) snprintf(out + n, len - n, "]");
+}
+
+/* One line when a jaxmpi call starts (so that the last line of a hung rank
+ * names the call it waits in) and one when it ends. */
+static void log_call(const jm_call *c, const XLA_FFI_Error *err, double t0,
+                     int start) {
+  char site[200], at[220] = "";
+  if (jm_site_text(c->site, site, sizeof site)[0])
+    snprintf(at, sizeof at, " at %s", site);
+  if (start) {
+    char arr[200];
+    describe_payload(c, arr, sizeof arr);
+    fprintf(stderr, "jaxmpi r%d/%d | call #%lld %s%s%s | start\n", c->rank,
+            c->size, (long long)c->callno, c->opname, arr, at);
+  } else {
+    fprintf(stderr, "jaxmpi r%d/%d | call #%lld %s%s | %s after %.2f us\n",
+            c->rank, c->size, (long long)c->callno, c->opname, at,
+            err ? "failed" : "done", (jm_mpi.Wtime() - t0) * 1e6);
+  }
+  fflush(stderr);
+}
 
 double jm_log_start(void) { return jm_cfg.debug ? jm_mpi.Wtime() : 0.0; }
 
@@ -261,7 +350,7 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
   for (int64_t i = 0; i < attrs->size; i++) {
     const XLA_FFI_ByteSpan *name = attrs->names[i];
     int a = find_attr(name);
-    if (a < 0 || !(wanted & (1u << a)))
+    if (a < 0 || !((wanted | JM_A(site)) & (1u << a)))
       return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                       "unexpected attribute '%.*s'", (int)name->len, name->ptr);
     seen |= 1u << a;
@@ -284,7 +373,7 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
                       "attribute '%s' must be an int64 scalar", attr_names[a]);
     memcpy(&raw[a], s->value, sizeof raw[a]);
   }
-  if (seen != wanted) {
+  if ((seen & ~JM_A(site)) != wanted) {
     for (int a = 0; a < JM_NATTRS; a++)
       if ((wanted & ~seen) & (1u << a))
         return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
@@ -299,6 +388,7 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
   c->sendtag = (int)(int64_t)raw[JM_ATTR_sendtag];
   c->recvtag = (int)(int64_t)raw[JM_ATTR_recvtag];
   c->status = (jm_Status *)(uintptr_t)raw[JM_ATTR_status];
+  c->site = (int64_t)raw[JM_ATTR_site];
   return NULL;
 }
 
@@ -326,13 +416,21 @@ static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
   int rc = jm_mpi.Comm_rank(c.comm, &c.rank);
   if (rc == 0) rc = jm_mpi.Comm_size(c.comm, &c.size);
   if (rc != 0) return jm_mpi_failure(&c, "MPI_Comm_rank", NULL, 0, rc);
+  double t0 = 0.0;
+  if (jm_cfg.debug) {
+    t0 = jm_mpi.Wtime();
+    log_call(&c, NULL, t0, 1);
+  }
   /* Point-to-point ops check what they receive instead (p2p.c). */
-  if (jm_check_on() &&
+  err = NULL;
+  const int mode = jm_check_mode();
+  if (mode &&
       !(desc->attrs &
-        (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))) &&
-      (err = jm_check_collective(&c, desc)))
-    return err;
-  return cuda ? jm_cuda_run(&c, desc) : desc->run(&c);
+        (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))))
+    err = jm_check_collective(&c, desc, mode);
+  if (!err) err = cuda ? jm_cuda_run(&c, desc) : desc->run(&c);
+  if (jm_cfg.debug) log_call(&c, err, t0, 0);
+  return err;
 }
 
 XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {

@@ -46,6 +46,7 @@ typedef struct jm_call {
   int rank, size;
   unsigned attrs;  /* the op's attributes (JM_A bits) */
   int64_t callno;  /* jaxmpi calls this process has executed, this one included */
+  int64_t site;    /* id of the Python line of the call (0: unknown) */
   int on_device;   /* data pointers are GPU memory (CUDA-aware MPI mode) */
   void *stream;    /* XLA's CUDA stream of this call (GPU handlers only) */
 } jm_call;
@@ -81,6 +82,14 @@ XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
 XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
                               int peer, int rc);
+
+/* Python source lines of jaxmpi calls, registered at lowering under a
+ * 64-bit id (a hash of the text, the same in every process) that reaches
+ * the handler as the `site` attribute; looked up only for messages and the
+ * debug log, so the per-call path does no string work. */
+int jm_site_register(int64_t id, const char *text);
+/* The text of site `id` into out ("" when unknown); returns out. */
+const char *jm_site_text(int64_t id, char *out, size_t len);
 
 double jm_log_start(void);
 void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,

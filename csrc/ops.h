@@ -9,7 +9,9 @@
 #ifndef JAXMPI_OPS_H
 #define JAXMPI_OPS_H
 
-/* Attributes a handler may receive, all int64: X(name, SCALAR or ARRAY). */
+/* Attributes a handler may receive, all int64: X(name, SCALAR or ARRAY).
+ * `site` (the Python line of the call, an id of jm_site_register) is
+ * optional on every op; the op's row lists the others it requires. */
 #define JM_ATTRS(X)                                                            \
   X(comm, SCALAR)                                                              \
   X(dest, SCALAR)                                                              \
@@ -18,6 +20,7 @@
   X(recvtag, SCALAR)                                                           \
   X(root, SCALAR)                                                              \
   X(sendtag, SCALAR)                                                           \
+  X(site, SCALAR)                                                              \
   X(source, SCALAR)                                                            \
   X(sources, ARRAY)                                                            \
   X(status, SCALAR)                                                            \

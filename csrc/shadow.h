@@ -15,7 +15,9 @@
 
 typedef struct jm_shadow {
   jm_Comm dup;
-  int64_t seq; /* checked collectives on this communicator so far */
+  int64_t seq; /* collectives on this communicator so far (checks on) */
+  uint64_t digest;      /* of the unchecked calls since the last check */
+  int64_t digest_since; /* the first of them, 0 when none */
 } jm_shadow;
 
 /* Create the attribute key (once, at configuration). Returns 0 or writes a

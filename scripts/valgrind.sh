@@ -31,7 +31,7 @@ def all_ops(x):
     mpx.barrier()
     return y
 x = jnp.arange(6.0, dtype=jnp.float32) + rank
-for on in (False, True):
+for on in (False, "sparse", True):
     jaxmpi.set_check(on)
     jaxmpi.set_timeout(300 if on else None)
     a = all_ops(x)

@@ -147,26 +147,30 @@ wait = _with_token(_nonblocking.wait)
 waitall = _with_token(_nonblocking.waitall)
 
 
-def set_check(on: bool = True) -> None:
-    """Turn cross-rank checks on or off (default: ``JAXMPI_CHECK``).
+def set_check(on=True) -> None:
+    """Choose the cross-rank checks (default: ``JAXMPI_CHECK``, else sparse).
 
-    With checks on, before each collective the ranks of its communicator
-    compare the operation, dtype, shape, reduction op, root and call number
-    (one small MPI_Allgather on a duplicate of the communicator); any
-    difference raises on every rank, naming the ranks and what differs. A
-    receive probes the message first and reports a size mismatch. Turn it on
-    on every rank at the same point of the program (or use the environment
-    variable). Takes effect for calls executed from then on, jitted or not.
+    Before a checked collective the ranks of its communicator compare the
+    operation, dtype, shape, reduction op, root and call number (one small
+    MPI_Allgather on a duplicate of the communicator); any difference raises
+    on every rank, naming the ranks and what differs. A receive probes the
+    message first and reports a size mismatch. Call it on every rank at the
+    same point of the program (or use the environment variable). Takes
+    effect for calls executed from then on, jitted or not.
 
     Args:
-        on: True (or a non-zero int) to check every call, False to stop
-            checking.
+        on: ``True`` checks every collective (``JAXMPI_CHECK=1``);
+            ``"sparse"`` (the default) checks the first 16 collectives of
+            each communicator, then those whose number is a power of two or
+            a multiple of 65536, and folds the others into a digest compared
+            at the next checked call; ``False`` turns checks off
+            (``JAXMPI_CHECK=0``).
 
     Returns:
         None.
 
     Raises:
-        TypeError: ``on`` is not a bool or an int.
+        TypeError: ``on`` is none of these.
 
     Example:
         ::
@@ -175,10 +179,14 @@ def set_check(on: bool = True) -> None:
             mpx.allreduce(x, MPI.SUM)   # ranks with other shapes: an error
                                         # on every rank, before MPI sees it
     """
-    if not isinstance(on, (bool, int)):
-        raise TypeError(f"set_check: on must be a bool, got {type(on).__name__}: "
-                        f"{on!r}")
-    _core.get().set_check(bool(on))
+    if isinstance(on, str) and on == "sparse":
+        mode = "sparse"
+    elif isinstance(on, (bool, int)) and not isinstance(on, str):
+        mode = "all" if on else "off"
+    else:
+        raise TypeError("set_check: on must be True, False or 'sparse', got "
+                        f"{type(on).__name__}: {on!r}")
+    _core.get().set_check(mode)
 
 
 def set_timeout(seconds) -> None:

@@ -12,6 +12,7 @@ MPI changes, no ABI mismatch between build and run.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import os
 import warnings
 
@@ -94,6 +95,14 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.jaxmpi_set_check.argtypes = [c.c_int]
     lib.jaxmpi_set_check.restype = None
     lib.jaxmpi_get_check.restype = c.c_int
+    lib.jaxmpi_check_scheduled.argtypes = [c.c_int64]
+    lib.jaxmpi_check_scheduled.restype = c.c_int
+    lib.jaxmpi_set_error_classes.argtypes = [c.c_int]
+    lib.jaxmpi_set_error_classes.restype = None
+    lib.jaxmpi_register_site.argtypes = [c.c_int64, c.c_char_p]
+    lib.jaxmpi_register_site.restype = c.c_int
+    lib.jaxmpi_site_text.argtypes = [c.c_int64, c.c_char_p, c.c_size_t]
+    lib.jaxmpi_site_text.restype = c.c_int
     lib.jaxmpi_check_name_op.argtypes = [c.c_uint64, c.c_char_p]
     lib.jaxmpi_set_timeout.argtypes = [c.c_double]
     lib.jaxmpi_set_timeout.restype = None
@@ -154,7 +163,8 @@ class Core:
             )
         self.library_path = lib.jaxmpi_library_path().decode()
         self.has_large_count = bool(lib.jaxmpi_has_large_count())
-        self.debug = _env_flag("JAXMPI_DEBUG")
+        # mpi4jax's name for the same switch is honoured too.
+        self.debug = _env_flag("JAXMPI_DEBUG") or _env_flag("MPI4JAX_DEBUG")
         limit = int(os.environ.get("JAXMPI_MAX_COUNT", 2**31 - 1))
         self.use_large_count = not _env_flag("JAXMPI_NO_LARGE_COUNT")
         table = (ctypes.c_uint64 * _dtypes.N_XLA_TYPES)()
@@ -204,8 +214,9 @@ class Core:
                 RuntimeWarning, stacklevel=3)
 
     def _configure_reliability(self, err) -> None:
-        """Cross-rank checks (JAXMPI_CHECK) and the deadlock watchdog
-        (JAXMPI_TIMEOUT): off unless the environment turns them on."""
+        """Cross-rank checks (JAXMPI_CHECK: the sparse default, 1: every
+        call, 0: off) and the deadlock watchdog (JAXMPI_TIMEOUT: off unless
+        set)."""
         if self.lib.jaxmpi_shadow_init(err, len(err)):
             raise MPIConfigurationError(f"jaxmpi: {err.value.decode()}")
         names = ("SUM", "PROD", "MAX", "MIN", "LAND", "LOR", "LXOR", "BAND",
@@ -216,7 +227,9 @@ class Core:
                 self.lib.jaxmpi_check_name_op(int(handle(op)), name.encode())
         for (_, name), h in self.half_ops.items():
             self.lib.jaxmpi_check_name_op(int(h), name.encode())
-        self.set_check(_env_flag("JAXMPI_CHECK"))
+        self.lib.jaxmpi_set_error_classes(int(MPI.ERR_TRUNCATE))
+        self.set_check(parse_check(os.environ.get("JAXMPI_CHECK", ""),
+                                   "JAXMPI_CHECK"))
         self.set_timeout(parse_timeout(os.environ.get("JAXMPI_TIMEOUT", ""),
                                        "JAXMPI_TIMEOUT"))
         # Waits of non-blocking ops complete from jaxmpi's progress thread,
@@ -245,12 +258,38 @@ class Core:
                 jax.ffi.pycapsule(getattr(self.lib, f"jaxmpi_ffi_{name}")),
                 platform="cpu")
 
-    def set_check(self, on: bool) -> None:
-        self.lib.jaxmpi_set_check(int(bool(on)))
+    def set_check(self, mode: str) -> None:
+        """mode: one of CHECK_MODES."""
+        self.lib.jaxmpi_set_check(CHECK_MODES.index(mode))
+
+    @property
+    def check_mode(self) -> str:
+        return CHECK_MODES[self.lib.jaxmpi_get_check()]
 
     @property
     def check(self) -> bool:
-        return bool(self.lib.jaxmpi_get_check())
+        """Whether every call is checked (JAXMPI_CHECK=1)."""
+        return self.check_mode == "all"
+
+    def check_scheduled(self, n: int) -> bool:
+        """Whether the default mode checks a communicator's n-th collective."""
+        return bool(self.lib.jaxmpi_check_scheduled(n))
+
+    def register_site(self, text: str) -> int:
+        """An id for a call's source line, for the watchdog's and the debug
+        log's messages (the same id in every process for the same text)."""
+        site = _site_ids.get(text)
+        if site is None:
+            digest = hashlib.blake2b(text.encode(), digest_size=8).digest()
+            site = int.from_bytes(digest, "little", signed=True) or 1
+            self.lib.jaxmpi_register_site(site, text.encode(errors="replace"))
+            _site_ids[text] = site
+        return site
+
+    def site_text(self, site: int) -> str:
+        out = ctypes.create_string_buffer(256)
+        self.lib.jaxmpi_site_text(site, out, len(out))
+        return out.value.decode(errors="replace")
 
     def set_timeout(self, seconds: float | None) -> None:
         self.lib.jaxmpi_set_timeout(float(seconds or 0))
@@ -301,6 +340,26 @@ class Core:
                 jax.ffi.register_ffi_target(
                     f"jaxmpi_{name}", jax.ffi.pycapsule(getattr(self.lib, symbol)),
                     platform=platform)
+
+
+# Cross-rank check modes, in the C core's numbering.
+CHECK_MODES = ("off", "sparse", "all")
+_site_ids: dict[str, int] = {}
+
+
+def parse_check(value: str, what: str) -> str:
+    """JAXMPI_CHECK: unset/empty/"sparse"/"default" is the sparse default,
+    1/true/yes/on/"all" checks every call, 0/false/no/off turns checks off."""
+    v = value.strip().lower()
+    if v in ("", "sparse", "default"):
+        return "sparse"
+    if v in ("1", "true", "yes", "on", "all"):
+        return "all"
+    if v in ("0", "false", "no", "off"):
+        return "off"
+    raise MPIConfigurationError(
+        f"{what}={value!r} is not one of 1 (check every call), 0 (off) or "
+        "sparse (the default: a sparse schedule of calls)")
 
 
 def parse_timeout(value, what: str) -> float | None:

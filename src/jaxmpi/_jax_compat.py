@@ -40,6 +40,9 @@ from jax._src import dispatch
 from jax._src.interpreters import pxla
 # - making a jax Array from a host buffer without a trace (the eager path).
 from jax._src.lib import xla_client
+# - the user's frame of a traced call (the Python line named in debug logs
+#   and watchdog reports).
+from jax._src import source_info_util
 
 try:  # jax.extend.core.Effect and AbstractToken: newer than JAX 0.6.2
     from jax.extend.core import AbstractToken, Effect
@@ -60,7 +63,7 @@ partial_eval_kept_effects = _effects.partial_eval_kept_effects
 
 __all__ = [
     "AbstractToken", "ClosedJaxpr", "Effect", "Primitive", "dispatch",
-    "jaxprs_in_params", "pxla", "xla_client", "ShapedArray", "Token", "Tracer", "abstract_token",
+    "jaxprs_in_params", "pxla", "source_info_util", "xla_client", "ShapedArray", "Token", "Tracer", "abstract_token",
     "ad", "apply_primitive", "batching", "control_flow_allowed_effects",
     "custom_derivatives_allowed_effects", "lowerable_effects", "mlir",
     "ordered_effects", "partial_eval_kept_effects", "remat_allowed_effects",

@@ -14,6 +14,8 @@ Transposed point-to-point messages travel in their own tag space.
 
 from __future__ import annotations
 
+import inspect
+import os
 from functools import partial
 
 import jax
@@ -22,7 +24,9 @@ import numpy as np
 from jax import lax
 from mpi4py import MPI
 
-from ._jax_compat import Primitive, ShapedArray, ad, apply_primitive, batching, mlir
+from . import _core
+from ._jax_compat import (Primitive, ShapedArray, ad, apply_primitive, batching,
+                          mlir, source_info_util)
 from ._effect import join_token_lowering, lower_with_token, mpi_effect
 from ._validate import reserved_tag_bit
 
@@ -78,12 +82,51 @@ def _define(name: str, shape_rule, aliases=None) -> Primitive:
 
     def lowering(ctx, *operands, **params):
         lower = rule or rule_for(aliases(**params))
-        return lower_with_token(ctx, lower, *operands, **_attributes(params))
+        attrs = _attributes(params)
+        site = _site(ctx)
+        if site:
+            attrs["site"] = np.int64(site)
+        return lower_with_token(ctx, lower, *operands, **attrs)
 
     for platform in LOWERING_PLATFORMS:
-        mlir.register_lowering(prim, lowering, platform=platform)
+        mlir.register_lowering(prim, lowering, platform=platform,
+                               **_UNCACHED)
     PRIMITIVES[name] = prim
     return prim
+
+
+# JAX >= 0.7 lowers equal equations (same params and shapes) once per module
+# and calls the one body from each; ours are lowered each in place, so that
+# each call carries its own source line (`site`).
+_UNCACHED = ({"cacheable": False} if "cacheable" in
+             inspect.signature(mlir.register_lowering).parameters else {})
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _site(ctx) -> int:
+    """An id of the Python line that made this call (the innermost frame
+    of the user's code, outside JAX and jaxmpi), registered with the C core
+    for its messages; 0 when JAX kept no source information. Done once per
+    lowering, so the per-call path carries one int64 attribute and no
+    strings. Eager calls reuse the executable compiled for the first call
+    of the same op and shapes, so they name that call's line."""
+    try:
+        for frame in source_info_util.user_frames(ctx.traceback):
+            if frame.file_name.startswith(_PACKAGE_DIR):
+                continue
+            name = frame.file_name
+            try:
+                rel = os.path.relpath(name)
+                if not rel.startswith(".."):
+                    name = rel
+            except ValueError:
+                pass
+            text = f"{name}:{frame.start_line} ({frame.function_name})"
+            return _core.get().register_site(text)
+    except Exception:  # source information is a convenience, never an error
+        return 0
+    return 0
 
 
 def _aval(shape, dtype):

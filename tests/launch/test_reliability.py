@@ -87,7 +87,9 @@ def test_recv_without_send_times_out_everywhere(mpirun, tmp_path):
         f = jax.jit(lambda x: mpx.recv(x, (rank - 1) % size, tag=7))
         report(f, jnp.ones(3))
     """)
-    job, took = timed(mpirun, 3, script, WATCHDOG)
+    # (Checks off: the receive itself waits; with checks on, the default,
+    # its probe does: test_checks_and_watchdog_together.)
+    job, took = timed(mpirun, 3, script, {**WATCHDOG, "JAXMPI_CHECK": "0"})
     assert job.returncode != 0, job
     for r in range(3):
         assert re.search(timeout_text("recv", "MPI_Recv", r, 3,
@@ -97,33 +99,39 @@ def test_recv_without_send_times_out_everywhere(mpirun, tmp_path):
     assert_job_gone(script)
 
 
-def test_collectives_on_different_communicators_time_out(mpirun, tmp_path):
+@pytest.mark.parametrize("check", ["0", ""], ids=["checks_off", "default"])
+def test_collectives_on_different_communicators_time_out(mpirun, tmp_path, check):
     # Rank 0 reduces over one communicator, the others over a duplicate.
+    # The default check has no common communicator to compare on either:
+    # the ranks wait in its setup (the shadow's MPI_Comm_idup) instead.
     script = write(tmp_path, """
         dup = MPI.COMM_WORLD.Dup()
         comm = jaxmpi.get_default_comm() if rank == 0 else dup
         report(lambda: mpx.allreduce(jnp.ones(3), MPI.SUM, comm=comm))
     """)
-    job, took = timed(mpirun, 3, script, WATCHDOG)
+    job, took = timed(mpirun, 3, script, {**WATCHDOG, "JAXMPI_CHECK": check})
     assert job.returncode != 0, job
+    fn = "MPI_Allreduce" if check == "0" else "MPI_Comm_idup (JAXMPI_CHECK)"
     for r in range(3):
-        assert re.search(timeout_text("allreduce", "MPI_Allreduce", r, 3),
+        assert re.search(timeout_text("allreduce", fn, r, 3),
                          job.stdout), job
     assert took < 90, took
     assert_job_gone(script)
 
 
-def test_different_collectives_with_checks(mpirun, tmp_path):
+@pytest.mark.parametrize("check", ["1", ""], ids=["every_call", "default"])
+def test_different_collectives_with_checks(mpirun, tmp_path, check):
     # Without checks, what ranks calling different collectives do depends on
     # the MPI: MPICH hangs (then the watchdog fires), Open MPI may complete
-    # both with wrong results. With checks every rank reports the mismatch.
+    # both with wrong results. With checks (JAXMPI_CHECK=1, or the default,
+    # which checks call #1) every rank reports the mismatch.
     script = write(tmp_path, """
         if rank == 0:
             report(mpx.allreduce, jnp.ones(3), MPI.SUM)
         else:
             report(mpx.bcast, jnp.ones(3), 1)
     """)
-    job, took = timed(mpirun, 3, script, {**WATCHDOG, "JAXMPI_CHECK": "1"})
+    job, took = timed(mpirun, 3, script, {**WATCHDOG, "JAXMPI_CHECK": check})
     assert job.returncode != 0, job
     for r in range(3):
         op = "allreduce" if r == 0 else "bcast"
@@ -144,7 +152,9 @@ def test_sendrecv_and_barrier_time_out(mpirun, tmp_path):
         else:
             report(lambda: (mpx.barrier(), jax.effects_barrier()))
     """)
-    job, took = timed(mpirun, 2, script, WATCHDOG)
+    # Checks off: the barrier itself waits (with the default check, its
+    # setup would).
+    job, took = timed(mpirun, 2, script, {**WATCHDOG, "JAXMPI_CHECK": "0"})
     assert job.returncode != 0, job
     assert re.search(timeout_text("sendrecv", "MPI_Sendrecv", 0, 2,
                                   ", source 1, dest 1, sendtag 4, recvtag 5"),
@@ -200,7 +210,7 @@ def test_uncaught_timeout_aborts_the_job(mpirun, tmp_path):
         mpx.allreduce(jnp.ones(3), MPI.SUM).block_until_ready()
         print("rank", rank, "finished", flush=True)
     """)
-    job, took = timed(mpirun, 3, script, {})
+    job, took = timed(mpirun, 3, script, {"JAXMPI_CHECK": "0"})
     assert job.returncode != 0, job
     assert "finished" not in job.stdout, job
     # (JAX before 0.7 names the class XlaRuntimeError.)

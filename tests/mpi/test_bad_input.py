@@ -8,6 +8,7 @@ The cross-rank cases turn checks on (jaxmpi.set_check) and make ranks
 disagree: different shapes, dtypes, ops, roots, operations, message sizes.
 """
 
+import os
 import re
 
 import jax
@@ -195,7 +196,7 @@ CASES = [
      r"value"),
     # switches
     ("set-check-string", lambda: jaxmpi.set_check("yes"), TypeError,
-     r"set_check: on must be a bool, got str: 'yes'"),
+     r"set_check: on must be True, False or 'sparse', got str: 'yes'"),
     ("set-timeout-negative", lambda: jaxmpi.set_timeout(-1), ValueError,
      r"set_timeout: seconds must be a finite number of seconds >= 0, got -1"),
     ("set-timeout-string", lambda: jaxmpi.set_timeout("soon"), ValueError,
@@ -264,12 +265,13 @@ def test_everything_still_works_after_bad_input():
 
 @pytest.fixture
 def checks():
-    # Every rank turns checks on and off at the same point of the program.
+    # Every rank turns checks on and back at the same point of the program.
+    before = jaxmpi._core.get().check_mode
     jaxmpi.set_check(True)
     try:
         yield
     finally:
-        jaxmpi.set_check(False)
+        jaxmpi._core.get().set_check(before)
 
 
 CHECK_ERROR = r"collective call #\d+ on this communicator differs across ranks " \
@@ -434,4 +436,5 @@ def test_check_passes_correct_programs(checks):
 def test_everything_still_works_after_mismatches():
     y = mpx.allreduce(jnp.ones(2), MPI.SUM)
     np.testing.assert_array_equal(y, np.full(2, float(SIZE)))
-    assert not jaxmpi._core.get().check
+    assert jaxmpi._core.get().check_mode == jaxmpi._core.parse_check(
+        os.environ.get("JAXMPI_CHECK", ""), "JAXMPI_CHECK")

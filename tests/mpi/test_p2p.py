@@ -166,11 +166,24 @@ def test_seed_example_with_tokens():
     check(y, np.full((3, 3), float(peer if peer < SIZE else RANK), x.dtype))
 
 
+@pytest.fixture(params=["off", "sparse", "all"])
+def check_mode(request):
+    # Every rank sets the mode, and restores it, at the same point.
+    core = jaxmpi._core.get()
+    before = core.check_mode
+    core.set_check(request.param)
+    try:
+        yield request.param
+    finally:
+        core.set_check(before)
+
+
 @needs2
 @pytest.mark.parametrize("mode", MODES)
-def test_short_message_is_an_error_not_garbage(mode):
+def test_short_message_is_an_error_not_garbage(mode, check_mode):
     # Rank 0 sends 3 elements where rank 1 expects 4: an error on rank 1,
-    # and both ranks go on working afterwards.
+    # and both ranks go on working afterwards. With checks on (the default)
+    # the receive's probe finds it first.
     def f(a):
         if RANK == 0:
             mpx.send(a[:3], 1, tag=5)
@@ -179,9 +192,12 @@ def test_short_message_is_an_error_not_garbage(mode):
         return a
 
     x = jnp.arange(4.0, dtype=jnp.float32)
+    expected = (r"received 12 bytes from rank 0 \(tag 5\) but expected 4 "
+                r"elements of float32" if check_mode == "off" else
+                r"rank 1 expects float32\[4\] \(16 bytes\) but the message "
+                r"from rank 0 with tag 5 has 12 bytes \(3 float32 elements\)")
     if RANK == 1:
-        with pytest.raises(Exception, match=r"received 12 bytes from rank 0 "
-                           r"\(tag 5\) but expected 4 elements of float32"):
+        with pytest.raises(Exception, match=expected):
             jax.block_until_ready(run(mode, f, x))
     else:
         jax.block_until_ready(run(mode, f, x))
@@ -189,9 +205,10 @@ def test_short_message_is_an_error_not_garbage(mode):
 
 
 @needs2
-def test_long_message_is_an_mpi_error():
-    # Rank 0 sends 8 elements where rank 1 expects 4: MPI reports truncation,
-    # which comes back as a Python exception naming op, rank and peer.
+def test_long_message_is_an_error(check_mode):
+    # Rank 0 sends 8 elements where rank 1 expects 4. Checks off: MPI
+    # reports truncation, which becomes jaxmpi's message with the size
+    # expected; on (the default): the probe gives both sizes.
     x = jnp.arange(8.0, dtype=jnp.float32)
     if RANK == 0:
         mpx.send(x, 1, tag=6)
@@ -199,9 +216,14 @@ def test_long_message_is_an_mpi_error():
         with pytest.raises(Exception) as info:
             jax.block_until_ready(mpx.recv(x[:4], 0, tag=6))
         msg = str(info.value)
-        assert "jaxmpi.recv: MPI_Recv failed on rank 1 of" in msg
-        assert "source 0" in msg
-        assert "trunc" in msg.lower()
+        if check_mode == "off":
+            assert ("jaxmpi.recv: rank 1 expects float32[4] (16 bytes) but the "
+                    "message from rank 0 with tag 6 is larger (MPI_Recv: message "
+                    "truncated): the sender's shape or dtype differs") in msg, msg
+        else:
+            assert ("jaxmpi.recv: rank 1 expects float32[4] (16 bytes) but the "
+                    "message from rank 0 with tag 6 has 32 bytes (8 float32 "
+                    "elements)") in msg, msg
     check(mpx.allreduce(jnp.ones(2), MPI.SUM), np.full(2, float(SIZE)))
 
 
