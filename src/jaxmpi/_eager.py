@@ -20,8 +20,9 @@ It applies only where the compiled call would do exactly this and nothing
 more: x a ready-to-read jax Array on one CPU device (NumPy inputs become one
 first), a predefined MPI datatype (not float16/bfloat16, whose ops live in
 the C core), a count under ``JAXMPI_MAX_COUNT``, and none of the C core's
-extra duties switched on (cross-rank checks, the deadlock watchdog, the debug
-log). Anything else takes the compiled path. ``JAXMPI_EAGER_DIRECT=0``
+extra duties switched on (cross-rank checks, including the sparse default:
+so the direct path is taken with ``JAXMPI_CHECK=0`` only; the deadlock
+watchdog; the debug log). Anything else takes the compiled path. ``JAXMPI_EAGER_DIRECT=0``
 turns the direct path off.
 """
 
@@ -67,7 +68,11 @@ def usable(x) -> bool:
     if not _ENABLED:
         return False
     core = _core.get()
-    if core.debug or core.check or core.timeout is not None:
+    # Cross-rank checks in any mode (the sparse default too: its schedule and
+    # digest count every collective in the C core), the watchdog and the
+    # debug log all live in the C core: with any of them on, the compiled
+    # path, so that every rank counts and checks the same calls.
+    if core.debug or core.check_mode != "off" or core.timeout is not None:
         return False
     try:
         sharding = x.sharding

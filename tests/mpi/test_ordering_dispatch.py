@@ -18,10 +18,25 @@ import pytest
 from jax import lax
 from mpi4py import MPI
 
+from jaxmpi import _core, _eager
 from jaxmpi import notoken as mpx
 from util import RANK, SIZE, check
 
 two_ranks = pytest.mark.skipif(SIZE < 2, reason="needs a peer")
+
+
+@pytest.fixture(autouse=True, params=["off", "sparse"])
+def check_mode(request):
+    """Every test twice: with checks off, eager allreduce takes the direct
+    path of _eager.py (MPI called at once); in the default sparse mode, the
+    compiled path (the C core counts and checks every collective)."""
+    core = _core.get()
+    before = core.check_mode
+    core.set_check(request.param)
+    try:
+        yield request.param
+    finally:
+        core.set_check(before)
 
 _N = 600
 _STEPS = 16  # ~0.1-0.3 s of matmuls: far longer than a dispatch
@@ -194,9 +209,11 @@ def test_many_dispatches_results_never_read():
     check(np.asarray(last), np.float32([SIZE - 1, 0]))
 
 
-def test_eager_direct_path_values_and_types():
+def test_eager_direct_path_values_and_types(check_mode):
     # The eager direct path gives what the compiled call gives: a new jax
     # Array on the same device, same dtype and shape, 0-d and empty included.
+    # It is taken with checks off only.
+    assert _eager.usable(jnp.zeros(3)) == (check_mode == "off" and _eager._ENABLED)
     cases = []
     for shape in [(), (0,), (3,), (2, 3)]:
         for dtype in (np.int32, np.float64, np.complex64, np.bool_):
