@@ -107,11 +107,10 @@ MUTANTS = [
            "jm_Allgather(x->data, y->data, x->count - (x->count > 1), x->elsize, "
            "x->mpi, c->comm)",
            "allgather: one element short per rank (off-by-one count)", (COLL,)),
-    Mutant("c-gather-no-pass-through", "csrc/collectives.c",
-           "c->root, c->comm));\n  return root ? NULL : pass_through(c, x, y);\n}\n\n"
-           "XLA_FFI_Error *jm_run_scatter",
-           "c->root, c->comm));\n  return NULL;\n}\n\nXLA_FFI_Error *jm_run_scatter",
-           "gather off the root: x not copied to the result", (COLL, INPL)),
+    Mutant("c-scatter-root", "csrc/collectives.c",
+           "y->mpi, c->root, c->comm));",
+           "y->mpi, 0, c->comm));",
+           "scatter: MPI call made with root 0 whatever the root", (COLL,)),
     # ---- C core: half-precision reductions (csrc/halfops.c) ----
     Mutant("c-half-sum-op", "csrc/halfops.c",
            "JM_HALF_FN(t, sum, x + y)", "JM_HALF_FN(t, sum, x - y)",

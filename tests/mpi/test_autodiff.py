@@ -410,9 +410,16 @@ def test_vmap_of_grad_rooted_and_exchange(name):
     xs = jnp.stack([_all_inputs(in_shape, seed=s)[RANK] for s in range(3)])
     g = jax.jit(jax.vmap(loss))(xs)
     one_by_one = [loss(xs[i]) for i in range(3)]  # every call, then compare
+    # The global reference: every rank's loss summed, differentiated in one
+    # process (a rank whose rule is wrong fails here alone: the others must
+    # not wait for it).
+    refs = [jax.grad(lambda X: sum(jnp.sum(jnp.sin(y)) for y in glob(X)))(
+        _all_inputs(in_shape, seed=s))[RANK] for s in range(3)]
     later = Later()
     for i in range(3):
-        later.close(g[i], one_by_one[i], f"[{i}]", rtol=1e-12)
+        later.close(g[i], one_by_one[i], f"vmap vs loop [{i}]", rtol=1e-12)
+        later.close(g[i], refs[i], f"vs reference [{i}]", rtol=1e-12,
+                    atol=1e-12)
     later.done()
 
 
@@ -465,3 +472,26 @@ def test_zero_template_that_carries_the_dependency():
     if RANK == 1:
         np.testing.assert_allclose(t, jnp.sum(2 * xs[1]) + jnp.sum(2 * xs[0]),
                                    rtol=1e-12)
+
+
+def test_transposed_messages_have_their_own_tags():
+    # A user message of the same tag and peer, sent before the backward pass
+    # and received after it: the transposed sendrecv must not take it
+    # (transposes flip a reserved tag bit, jaxmpi._validate.reserved_tag_bit).
+    import jaxmpi
+
+    comm = jaxmpi.get_default_comm()
+    x = inputs()[RANK]
+    w = weights(SHAPE)
+    note = np.full(SHAPE, 100.0 + RANK)
+    req = comm.Isend(note, dest=DOWN, tag=5)
+    g = jax.grad(lambda x: jnp.sum(
+        w[RANK] * mpx.sendrecv(x, x, DOWN, UP, sendtag=5, recvtag=5)))(x)
+    got = np.zeros(SHAPE)
+    comm.Recv(got, source=UP, tag=5)
+    req.Wait()
+    # Rank r's x reaches r + 1, whose weights come back: w[r + 1] (0 at top).
+    np.testing.assert_array_equal(g, w[RANK + 1] if RANK < SIZE - 1
+                                  else np.zeros(SHAPE))
+    np.testing.assert_array_equal(got, np.full(SHAPE, 100.0 + UP) if UP >= 0
+                                  else np.zeros(SHAPE))
