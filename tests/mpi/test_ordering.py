@@ -37,7 +37,6 @@ def test_scan_and_while():
         return carry + 1, s
 
     _, ys = jax.jit(lambda c: lax.scan(step, c, None, length=4))(jnp.float32(RANK))
-    check(ys, np.array([TOTAL + SIZE * k for k in range(4)], np.float32))
 
     def cond(c):
         return c[1] < 3
@@ -49,6 +48,7 @@ def test_scan_and_while():
     # then every rank holds T and each sum multiplies by SIZE.
     y, _ = jax.jit(lambda x: lax.while_loop(cond, body, (x, 0)))(
         jnp.float64(RANK + 1))
+    check(ys, np.array([TOTAL + SIZE * k for k in range(4)], np.float32))
     assert float(y) == SIZE * (SIZE + 1) / 2 * SIZE ** 2
 
 
@@ -113,8 +113,8 @@ def test_user_tokens_are_joined():
 
     # The user's token enters the effect chain through the join call.
     hlo = f.lower(jnp.float32(RANK)).as_text()
-    assert hlo.count("@jaxmpi_join_token(") == 3
     outs = [f(jnp.float32(RANK)) for _ in range(20)]  # all calls, then assert
+    assert hlo.count("@jaxmpi_join_token(") == 3
     assert all(float(z) == TOTAL + LEFT for z, _ in outs)
     assert all(type(tok).__name__ == "Token" for _, tok in outs)
 
