@@ -61,6 +61,7 @@ class Mutant:
     what: str
     tests: tuple
     gpu: bool = False  # only a GPU run can kill it
+    select: str = ""  # pytest -k: the tests that concern it (faster runs)
 
 
 MUTANTS = [
@@ -88,38 +89,44 @@ MUTANTS = [
     Mutant("c-reduce-root", "csrc/collectives.c",
            "c->op, c->root, c->comm));\n  return root ? NULL : pass_through(c, x, y);",
            "c->op, 0, c->comm));\n  return root ? NULL : pass_through(c, x, y);",
-           "reduce: MPI call made with root 0 whatever the root", (COLL,)),
+           "reduce: MPI call made with root 0 whatever the root", (COLL,),
+           select="test_reduce"),
     Mutant("c-bcast-root", "csrc/collectives.c",
            "jm_Bcast(y->data, x->count, x->elsize, x->mpi, c->root, c->comm)",
            "jm_Bcast(y->data, x->count, x->elsize, x->mpi, 0, c->comm)",
-           "bcast: MPI call made with root 0 whatever the root", (COLL,)),
+           "bcast: MPI call made with root 0 whatever the root", (COLL,),
+           select="test_bcast"),
     Mutant("c-no-in-place", "csrc/collectives.c",
            "return x->data == y->data && x->count ? jm_const.in_place : x->data;",
            "return (void)y, x->data;",
            "aliased send and receive buffers passed as such, not MPI_IN_PLACE",
-           (COLL, INPL)),
+           (COLL, INPL), select="test_allreduce or test_scan or test_loop_carry"),
     Mutant("c-alltoall-count", "csrc/collectives.c",
            "jm_Alltoall(s, y->data, block, x->elsize, x->mpi, c->comm)",
            "jm_Alltoall(s, y->data, block - 1, x->elsize, x->mpi, c->comm)",
-           "alltoall: one element short per block (off-by-one count)", (COLL,)),
+           "alltoall: one element short per block (off-by-one count)", (COLL,),
+           select="test_alltoall"),
     Mutant("c-allgather-count", "csrc/collectives.c",
            "jm_Allgather(x->data, y->data, x->count, x->elsize, x->mpi, c->comm)",
            "jm_Allgather(x->data, y->data, x->count - (x->count > 1), x->elsize, "
            "x->mpi, c->comm)",
-           "allgather: one element short per rank (off-by-one count)", (COLL,)),
+           "allgather: one element short per rank (off-by-one count)", (COLL,),
+           select="test_allgather"),
     Mutant("c-scatter-root", "csrc/collectives.c",
            "y->mpi, c->root, c->comm));",
            "y->mpi, 0, c->comm));",
-           "scatter: MPI call made with root 0 whatever the root", (COLL,)),
+           "scatter: MPI call made with root 0 whatever the root", (COLL,),
+           select="test_scatter"),
     # ---- C core: half-precision reductions (csrc/halfops.c) ----
     Mutant("c-half-sum-op", "csrc/halfops.c",
            "JM_HALF_FN(t, sum, x + y)", "JM_HALF_FN(t, sum, x - y)",
            "float16/bfloat16 MPI.SUM computes a difference (wrong reduction op)",
-           (COLL,)),
+           (COLL,), select="float16 or half"),
     Mutant("c-half-rounding", "csrc/halfops.c",
            "if (rem > half || (rem == half && (r & 1u))) r++;",
            "if (rem >= half) r++;",
-           "float32 -> float16 rounds ties away from zero, not to even", (COLL,)),
+           "float32 -> float16 rounds ties away from zero, not to even", (COLL,),
+           select="float16 or half"),
     # ---- C core: CUDA staging (csrc/cuda_staging.c) ----
     Mutant("c-cuda-skip-stream-sync", "csrc/cuda_staging.c",
            "  CUresult rc = cu.StreamSynchronize(stream);\n  if (rc != JM_CUDA_SUCCESS) {\n"
@@ -185,7 +192,8 @@ MUTANTS = [
            "sendrecv: source and dest swapped before the primitive", (P2P,)),
     Mutant("py-api-pass-through", "src/jaxmpi/_api.py",
            "return x if _jcore.trace_state_clean() else y", "return y",
-           "rooted ops hand back the op's result, not x itself (eager)", (COLL,)),
+           "rooted ops hand back the op's result, not x itself (eager)", (COLL,),
+           select="root_returns_input"),
     Mutant("py-validate-rank-bound", "src/jaxmpi/_validate.py",
            "if 0 <= v < comm.size or v in allow:",
            "if 0 <= v <= comm.size or v in allow:",
@@ -262,12 +270,14 @@ def launcher(python):
     return [os.path.join(os.path.dirname(python), "mpiexec")]
 
 
-def run_tests(tree, files, n, args):
-    """(passed, seconds, what failed) for files at n ranks in tree."""
+def run_tests(tree, files, n, args, select=""):
+    """(passed, seconds, what failed) for files at n ranks in tree (select:
+    a pytest -k expression; all of files if empty)."""
     cmd = ["timeout", "-k", "10", str(args.run_timeout), *launcher(args.python),
            "-n", str(n), args.python, "-m", "pytest", "-q", "-x",
            "-p", "no:cacheprovider", "--timeout-method=thread",
-           f"--timeout={args.test_timeout}", "--color=no", *files]
+           f"--timeout={args.test_timeout}", "--color=no", *files,
+           *(["-k", select] if select else [])]
     t0 = time.monotonic()
     res = run(cmd, cwd=tree, env=env_for(tree))
     dt = time.monotonic() - t0
@@ -306,12 +316,13 @@ def check_mutant(m, base, args, gpu):
                 return {"status": "build-failed", "detail": out.strip()[-300:],
                         "seconds": time.monotonic() - t0}
         for n in args.ranks:
-            passed, _, why = run_tests(tree, list(m.tests), n, args)
+            passed, _, why = run_tests(tree, list(m.tests), n, args, m.select)
             if not passed:
                 return {"status": "killed", "detail": f"{n} ranks: {why}",
                         "seconds": time.monotonic() - t0}
+        sel = f" -k '{m.select}'" if m.select else ""
         return {"status": "survived",
-                "detail": f"{', '.join(m.tests)} pass at {args.ranks} ranks",
+                "detail": f"{', '.join(m.tests)}{sel} pass at {args.ranks} ranks",
                 "seconds": time.monotonic() - t0}
     finally:
         if not args.keep:
@@ -345,8 +356,9 @@ def main():
     if args.list:
         for m in MUTANTS:
             gpu = "  [GPU only]" if m.gpu else ""
+            sel = f" -k '{m.select}'" if m.select else ""
             print(f"{m.name:34} {m.path:24} {m.what}{gpu}")
-            print(f"{'':34} tests: {' '.join(m.tests)}")
+            print(f"{'':34} tests: {' '.join(m.tests)}{sel}")
         print(f"{len(MUTANTS)} mutants")
         return 0
     chosen = [m for m in MUTANTS
