@@ -11,9 +11,24 @@ from jax.test_util import check_grads
 from mpi4py import MPI
 
 from jaxmpi import notoken as mpx
-from util import RANK, SIZE
+from util import RANK, SIZE, Later
 
 RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+# A non-periodic line (MPI.PROC_NULL at the ends): rank r sends up to r + 1
+# and receives from r - 1. Its transpose runs the other way, so a rule that
+# keeps (or swaps twice) the direction fails at 2 ranks too, where the
+# ring's two neighbours are one rank.
+UP = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
+DOWN = RANK - 1 if RANK > 0 else MPI.PROC_NULL
+
+
+def _below(X, r):
+    """Rank r's input on the line going up: rank r - 1's, zeros at 0."""
+    return X[r - 1] if r > 0 else jnp.zeros_like(X[r])
+
+
+def _above(X, r):
+    return X[r + 1] if r < SIZE - 1 else jnp.zeros_like(X[r])
 SHAPE = (3,)
 F = jnp.float64
 
@@ -64,6 +79,16 @@ def _cases():
         "sendrecv_anytag": (lambda x: mpx.sendrecv(x, x, LEFT, RIGHT, sendtag=3),
                      lambda X: [X[(r - 1) % SIZE] for r in range(SIZE)],
                      lambda r: SHAPE),
+        "sendrecv_shift": (
+            lambda x: mpx.sendrecv(x, x, DOWN, UP, sendtag=6, recvtag=6),
+            lambda X: [_below(X, r) for r in range(SIZE)], lambda r: SHAPE),
+        "neighbor_exchange_shift": (
+            _exchange_shift,
+            lambda X: [jnp.concatenate([_below(X, r), 2 * _above(X, r)[:2]])
+                       for r in range(SIZE)], lambda r: SHAPE),
+        "send_recv_shift": (
+            _send_recv_shift, lambda X: [_below(X, r) for r in range(SIZE)],
+            lambda r: SHAPE),
         "neighbor_exchange": (
             _exchange,
             lambda X: [jnp.concatenate([X[(r - 1) % SIZE],
@@ -89,6 +114,21 @@ def _exchange(x):
     a, b = mpx.neighbor_exchange([x, 2 * x[:2]], [x, x[:2]], [LEFT, RIGHT],
                                  [RIGHT, LEFT], tag=5)
     return jnp.concatenate([a, b])
+
+
+def _exchange_shift(x):
+    # x up the line, 2 x[:2] down it.
+    a, b = mpx.neighbor_exchange([x, 2 * x[:2]], [x, x[:2]], [DOWN, UP],
+                                 [UP, DOWN], tag=8)
+    return jnp.concatenate([a, b])
+
+
+def _send_recv_shift(x):
+    # Receive from below, then send up: the message ripples up the line
+    # (the transpose: receive from above, then send down).
+    y = mpx.recv(x, DOWN, tag=9)
+    mpx.send(x, UP, tag=9)
+    return y
 
 
 def _send_recv_ring(x):
@@ -150,8 +190,22 @@ def test_linear_transpose(name):
     x = _all_inputs(in_shape)[RANK]
     ct = weights(local(x).shape)[RANK]
     (xt,) = jax.linear_transpose(local, x)(ct)
-    ref = jax.vjp(local, x)[1](ct)[0]
-    np.testing.assert_allclose(xt, ref, rtol=1e-12)
+    # The explicit adjoint: the matrix A of the global map (every rank's
+    # input to every rank's output, its columns the global reference on
+    # unit inputs, plain JAX with no jaxmpi rule), A^T applied in NumPy to
+    # every rank's cotangent.
+    shapes = [in_shape(r) for r in range(SIZE)]
+    offs = np.cumsum([0] + [int(np.prod(s)) for s in shapes])
+
+    def flat_glob(v):
+        X = [v[offs[r]:offs[r + 1]].reshape(shapes[r]) for r in range(SIZE)]
+        return jnp.concatenate([jnp.ravel(y) for y in glob(X)])
+
+    a_t = np.asarray(jax.vmap(flat_glob)(jnp.eye(int(offs[-1]))))  # row k: A e_k
+    Y = glob(_all_inputs(in_shape))
+    w = np.concatenate([np.ravel(weights(y.shape)[r]) for r, y in enumerate(Y)])
+    ref = (a_t @ w)[offs[RANK]:offs[RANK + 1]].reshape(shapes[RANK])
+    np.testing.assert_allclose(xt, ref, rtol=1e-12, atol=1e-12)
 
 
 # Transposing twice gives back the op. Not for plain send/recv: a send has
@@ -160,7 +214,8 @@ def test_linear_transpose(name):
 @pytest.mark.parametrize("name", ["allreduce_sum", "reduce", "scan", "bcast",
                                   "gather", "scatter", "allgather", "alltoall",
                                   "sendrecv", "sendrecv_anytag",
-                                  "neighbor_exchange"])
+                                  "neighbor_exchange", "sendrecv_shift",
+                                  "neighbor_exchange_shift"])
 def test_double_transpose(name):
     local, glob, in_shape = _cases()[name]
     x = _all_inputs(in_shape)[RANK]
@@ -173,15 +228,15 @@ def test_double_transpose(name):
 def test_allreduce_default_convention_counts_replicated_once():
     x = inputs()[RANK]
     # mpi4jax's behaviour: grad(sum(allreduce(x))) is all ones.
-    g = jax.grad(lambda x: jnp.sum(mpx.allreduce(x, MPI.SUM)))(x)
-    np.testing.assert_array_equal(g, np.ones(SHAPE))
+    g1 = jax.grad(lambda x: jnp.sum(mpx.allreduce(x, MPI.SUM)))(x)
     # With a rank-dependent cotangent the exact adjoint sums them.
     w = weights(SHAPE)
-    g = jax.grad(lambda x: jnp.sum(w[RANK] * mpx.allreduce(x, MPI.SUM)))(x)
-    np.testing.assert_allclose(g, w[RANK])
-    g = jax.grad(lambda x: jnp.sum(w[RANK] * mpx.allreduce(x, MPI.SUM,
-                                                            adjoint="sum")))(x)
-    np.testing.assert_allclose(g, sum(w))
+    g2 = jax.grad(lambda x: jnp.sum(w[RANK] * mpx.allreduce(x, MPI.SUM)))(x)
+    g3 = jax.grad(lambda x: jnp.sum(w[RANK] * mpx.allreduce(x, MPI.SUM,
+                                                             adjoint="sum")))(x)
+    np.testing.assert_array_equal(g1, np.ones(SHAPE))
+    np.testing.assert_allclose(g2, w[RANK])
+    np.testing.assert_allclose(g3, sum(w))
 
 
 def test_max_ties_split_evenly():
@@ -224,8 +279,9 @@ def test_jpi_example():
 
     vals = np.arange(2 * SIZE, dtype=np.float32).reshape(SIZE, 2)
     vals[-1] *= 2
-    assert float(jax.jit(f)(x)) == vals.sum()
+    y = float(jax.jit(f)(x))
     g = jax.grad(f)(x)
+    assert y == vals.sum()
     if RANK == 0:
         expected = np.ones((SIZE, 2), np.float32)
         expected[-1] = 2
@@ -245,18 +301,38 @@ def test_grad_in_loops_and_hessian():
     f = lambda x: jnp.sum(lax.fori_loop(0, 3, body_local, x) ** 2)
     X = inputs()
     g = jax.jit(jax.grad(f))(X[RANK])
-    ref = jax.grad(lambda X: jnp.sum(lax.fori_loop(0, 3, body_global, X) ** 2))(X)
-    np.testing.assert_allclose(g, ref[RANK], rtol=1e-10)
     # Forward mode over the same loop: every rank moves along its own tangent.
     T = inputs(seed=3)
     _, t = jax.jvp(f, (X[RANK],), (T[RANK],))
+    h = jax.hessian(lambda x: jnp.sum(mpx.allreduce(x, MPI.SUM) ** 3))(X[RANK])
+    hs = jax.hessian(lambda x: jnp.sum(
+        mpx.allreduce(x, MPI.SUM, adjoint="sum") ** 3))(X[RANK])
+    jr = jax.jacrev(mpx.allgather)(X[RANK])
+    jf = jax.jacfwd(mpx.allgather)(X[RANK])
+    # References, after every communicating call.
+    ref = jax.grad(lambda X: jnp.sum(lax.fori_loop(0, 3, body_global, X) ** 2))(X)
     _, tref = jax.jvp(lambda X: jnp.sum(lax.fori_loop(0, 3, body_global, X) ** 2,
                                         axis=1), (X,), (T,))
-    np.testing.assert_allclose(t, tref[RANK], rtol=1e-10)
-    h = jax.hessian(lambda x: jnp.sum(mpx.allreduce(x, MPI.SUM) ** 3))(X[RANK])
-    assert h.shape == (3, 3)
-    jr = jax.jacrev(lambda x: mpx.allgather(x))(X[RANK])
-    assert jr.shape == (SIZE, 3, 3)
+    # jax.hessian is jacfwd of jacrev, and jacfwd/jacrev seed every rank
+    # with the same unit vector e_j at once. S = sum of all ranks' x.
+    # Default convention: gradient 3 S^2 (the cotangent counted once); its
+    # tangent along e_j on every rank is 6 S (SIZE e_j): H = diag(6 SIZE S).
+    # adjoint="sum": gradient SIZE 3 S^2, H = diag(6 SIZE^2 S).
+    S = np.sum(np.asarray(X), axis=0)
+    # allgather: jacrev's cotangent e_(s,i) on every rank sums over the
+    # ranks (reduce-scatter): d x_r = SIZE e_i where s = r, else 0; jacfwd:
+    # every block s of the result moves with the tangent, J[s] = I.
+    jr_ref = np.zeros((SIZE, 3, 3))
+    jr_ref[RANK] = SIZE * np.eye(3)
+    later = Later()
+    later.close(g, ref[RANK], "grad", rtol=1e-10)
+    later.close(t, tref[RANK], "jvp", rtol=1e-10)
+    later.close(h, np.diag(6 * SIZE * S), "hessian", rtol=1e-12, atol=1e-12)
+    later.close(hs, np.diag(6 * SIZE ** 2 * S), "hessian (adjoint=sum)",
+                rtol=1e-12, atol=1e-12)
+    later.equal(jr, jr_ref, "jacrev")
+    later.equal(jf, np.broadcast_to(np.eye(3), (SIZE, 3, 3)), "jacfwd")
+    later.done()
 
 
 def test_distributed_cg_differentiated():
@@ -290,7 +366,8 @@ def test_distributed_cg_differentiated():
 
 VMAP_CASES = ["allreduce_sum", "reduce", "scan", "bcast", "gather", "scatter",
               "allgather", "alltoall", "sendrecv", "send_recv",
-              "neighbor_exchange"]
+              "neighbor_exchange", "sendrecv_shift", "send_recv_shift",
+              "neighbor_exchange_shift"]
 
 
 @pytest.mark.parametrize("axis", [0, 1])
@@ -300,24 +377,32 @@ def test_vmap_equals_loop(name, axis):
     batch = [_all_inputs(in_shape, seed=s)[RANK] for s in range(4)]
     xs = jnp.stack(batch, axis=axis)
     ys = jax.jit(jax.vmap(local, in_axes=axis))(xs)
-    for i, x in enumerate(batch):
-        np.testing.assert_allclose(ys[i], local(x), rtol=1e-12)
+    one_by_one = [local(x) for x in batch]  # every call made, then compared
+    Ys = [glob(_all_inputs(in_shape, seed=s))[RANK] for s in range(4)]
+    later = Later()
+    for i in range(len(batch)):
+        later.close(ys[i], one_by_one[i], f"vmap vs loop [{i}]", rtol=1e-12)
+        later.close(ys[i], Ys[i], f"vmap vs reference [{i}]", rtol=1e-12)
+    later.done()
 
 
 def test_vmap_sendrecv_different_in_axes():
     x = jnp.stack([inputs(seed=s)[RANK] for s in range(3)], axis=1)  # (3, B)
     t = jnp.zeros(SHAPE)
-    ys = jax.vmap(lambda a, b: mpx.sendrecv(a, b, LEFT, RIGHT), in_axes=(1, None))(x, t)
-    for i in range(3):
-        np.testing.assert_allclose(ys[i], inputs(seed=i)[LEFT])
+    ys = jax.vmap(lambda a, b: mpx.sendrecv(a, b, DOWN, UP), in_axes=(1, None))(x, t)
     # Only the template batched: one exchange, broadcast.
     tb = jnp.zeros((2, *SHAPE))
-    ys = jax.vmap(lambda b: mpx.sendrecv(inputs()[RANK], b, LEFT, RIGHT))(tb)
-    np.testing.assert_allclose(ys, np.broadcast_to(inputs()[LEFT], (2, *SHAPE)))
+    zs = jax.vmap(lambda b: mpx.sendrecv(inputs()[RANK], b, DOWN, UP))(tb)
+    later = Later()
+    for i in range(3):
+        later.close(ys[i], _below(inputs(seed=i), RANK))
+    later.close(zs, np.broadcast_to(_below(inputs(), RANK), (2, *SHAPE)))
+    later.done()
 
 
 @pytest.mark.parametrize("name", ["reduce", "bcast", "gather", "scatter",
-                                  "neighbor_exchange"])
+                                  "neighbor_exchange", "sendrecv_shift",
+                                  "neighbor_exchange_shift"])
 def test_vmap_of_grad_rooted_and_exchange(name):
     # Where a rooted op delivers nothing its result is x passed through, so
     # every rank's cotangents are batched alike.
@@ -325,16 +410,32 @@ def test_vmap_of_grad_rooted_and_exchange(name):
     loss = jax.grad(lambda x: jnp.sum(jnp.sin(local(x))))
     xs = jnp.stack([_all_inputs(in_shape, seed=s)[RANK] for s in range(3)])
     g = jax.jit(jax.vmap(loss))(xs)
+    one_by_one = [loss(xs[i]) for i in range(3)]  # every call, then compare
+    # The global reference: every rank's loss summed, differentiated in one
+    # process (a rank whose rule is wrong fails here alone: the others must
+    # not wait for it).
+    refs = [jax.grad(lambda X: sum(jnp.sum(jnp.sin(y)) for y in glob(X)))(
+        _all_inputs(in_shape, seed=s))[RANK] for s in range(3)]
+    later = Later()
     for i in range(3):
-        np.testing.assert_allclose(g[i], loss(xs[i]), rtol=1e-12)
+        later.close(g[i], one_by_one[i], f"vmap vs loop [{i}]", rtol=1e-12)
+        later.close(g[i], refs[i], f"vs reference [{i}]", rtol=1e-12,
+                    atol=1e-12)
+    later.done()
 
 
 def test_vmap_of_grad():
     x = jnp.stack([inputs(seed=s)[RANK] for s in range(3)])
     g = jax.vmap(jax.grad(lambda x: jnp.sum(mpx.allgather(x) ** 2)))(x)
+    gs = [jax.grad(lambda x: jnp.sum(mpx.allgather(x) ** 2))(x[i])
+          for i in range(3)]
+    # d/dx_r sum_s sum(x_s^2) summed over every rank's cotangent: 2 SIZE x_r.
+    later = Later()
     for i in range(3):
-        gi = jax.grad(lambda x: jnp.sum(mpx.allgather(x) ** 2))(x[i])
-        np.testing.assert_allclose(g[i], gi, rtol=1e-12)
+        later.close(g[i], gs[i], f"vmap vs loop [{i}]", rtol=1e-12)
+        later.close(g[i], 2 * SIZE * np.asarray(x[i]), f"reference [{i}]",
+                    rtol=1e-12)
+    later.done()
 
 
 def test_vmap_neighbor_exchange_mixed_batching():
@@ -347,7 +448,7 @@ def test_vmap_neighbor_exchange_mixed_batching():
                                      [RIGHT, LEFT])
 
     ys, zs = jax.vmap(f, in_axes=1)(xs)
-    for i in range(3):
+    for i in range(3):  # no call below: plain asserts cannot strand a peer
         np.testing.assert_allclose(ys[i], inputs(seed=i)[LEFT])
         np.testing.assert_allclose(zs[i], inputs(seed=7)[RIGHT])
 
@@ -366,9 +467,32 @@ def test_zero_template_that_carries_the_dependency():
 
     xs = _all_inputs(lambda r: SHAPE)
     g = jax.grad(f)(xs[RANK])
+    _, t = jax.jvp(f, (xs[RANK],), (jnp.ones(SHAPE),))
     expected = {0: 1 + 2 * xs[1], 1: 2 * xs[0]}.get(RANK, jnp.ones(SHAPE))
     np.testing.assert_allclose(g, expected, rtol=1e-12)
-    _, t = jax.jvp(f, (xs[RANK],), (jnp.ones(SHAPE),))
     if RANK == 1:
         np.testing.assert_allclose(t, jnp.sum(2 * xs[1]) + jnp.sum(2 * xs[0]),
                                    rtol=1e-12)
+
+
+def test_transposed_messages_have_their_own_tags():
+    # A user message of the same tag and peer, sent before the backward pass
+    # and received after it: the transposed sendrecv must not take it
+    # (transposes flip a reserved tag bit, jaxmpi._validate.reserved_tag_bit).
+    import jaxmpi
+
+    comm = jaxmpi.get_default_comm()
+    x = inputs()[RANK]
+    w = weights(SHAPE)
+    note = np.full(SHAPE, 100.0 + RANK)
+    req = comm.Isend(note, dest=DOWN, tag=5)
+    g = jax.grad(lambda x: jnp.sum(
+        w[RANK] * mpx.sendrecv(x, x, DOWN, UP, sendtag=5, recvtag=5)))(x)
+    got = np.zeros(SHAPE)
+    comm.Recv(got, source=UP, tag=5)
+    req.Wait()
+    # Rank r's x reaches r + 1, whose weights come back: w[r + 1] (0 at top).
+    np.testing.assert_array_equal(g, w[RANK + 1] if RANK < SIZE - 1
+                                  else np.zeros(SHAPE))
+    np.testing.assert_array_equal(got, np.full(SHAPE, 100.0 + UP) if UP >= 0
+                                  else np.zeros(SHAPE))

@@ -416,21 +416,21 @@ def test_check_passes_correct_programs(checks):
     # communicator (whose check communicator is made on first use).
     comm = MPI.COMM_WORLD.Split(0, SIZE - 1 - RANK)
     r = comm.Get_rank()
-    try:
-        np.testing.assert_array_equal(
-            mpx.allreduce(jnp.full(3, r + 1.0), MPI.SUM, comm=comm),
-            np.full(3, SIZE * (SIZE + 1) / 2))
-        np.testing.assert_array_equal(mpx.bcast(jnp.full(2, r), 0, comm=comm),
-                                      np.zeros(2))
-        np.testing.assert_array_equal(
-            mpx.allgather(jnp.int32(r), comm=comm), np.arange(SIZE))
+    try:  # every call made, then every result checked
+        total = mpx.allreduce(jnp.full(3, r + 1.0), MPI.SUM, comm=comm)
+        b = mpx.bcast(jnp.full(2, r), 0, comm=comm)
+        g = mpx.allgather(jnp.int32(r), comm=comm)
         mpx.barrier(comm=comm)
         y = mpx.sendrecv(jnp.full(2, r, jnp.int32), jnp.zeros(2, jnp.int32),
                          (r - 1) % SIZE,
                          (r + 1) % SIZE, comm=comm)
-        np.testing.assert_array_equal(y, np.full(2, (r - 1) % SIZE))
+        jax.block_until_ready((total, b, g, y))
     finally:
         comm.Free()
+    np.testing.assert_array_equal(total, np.full(3, SIZE * (SIZE + 1) / 2))
+    np.testing.assert_array_equal(b, np.zeros(2))
+    np.testing.assert_array_equal(g, np.arange(SIZE))
+    np.testing.assert_array_equal(y, np.full(2, (r - 1) % SIZE))
 
 
 def test_everything_still_works_after_mismatches():

@@ -21,6 +21,10 @@ DTYPES = [np.dtype(d) for d in (np.int32, np.uint8, np.float16, bfloat16,
 IDS = [str(d) for d in DTYPES]
 STEPS = 3
 SRC, DST = (RANK - 1) % SIZE, (RANK + 1) % SIZE
+# A non-periodic line (MPI.PROC_NULL at the ends): source and dest differ at
+# 2 ranks too, where the ring's SRC and DST are one rank.
+UP = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
+DOWN = RANK - 1 if RANK > 0 else MPI.PROC_NULL
 
 
 def keep_small(y):
@@ -50,6 +54,9 @@ def _cases(root):
         "alltoall": (mpx.alltoall, np_alltoall),
         "sendrecv": (lambda a: mpx.sendrecv(a * 1, a, SRC, DST),
                      lambda xs: [xs[(r - 1) % SIZE] for r in range(SIZE)]),
+        "sendrecv_shift": (lambda a: mpx.sendrecv(a * 1, a, DOWN, UP),
+                           lambda xs: [xs[r - 1] if r > 0 else 0 * xs[r]
+                                       for r in range(SIZE)]),
     }
 
 
@@ -125,6 +132,25 @@ def test_sendrecv_two_buffers_swapping_roles():
     np.testing.assert_array_equal(np.asarray(a), shift(4) + 2)
 
 
+def test_sendrecv_two_buffers_up_and_down():
+    """The halo pattern on a line: up from one buffer into the other, then
+    down back into the first (other values, so directions tell apart)."""
+    x = jnp.asarray(data(RANK, (5,), np.float32))
+
+    def body(i, ab):
+        a, b = ab
+        b = mpx.sendrecv(a, b, DOWN, UP)        # b_r = a_{r-1} (0 at 0)
+        a = mpx.sendrecv(b * 2 + 1, a, UP, DOWN)  # a_r = 2 b_{r+1} + 1
+        return a, b
+
+    a, b = jax.jit(lambda x: lax.fori_loop(0, 1, body, (x, x * 0)))(x)
+    xs = [data(r, (5,), np.float32) for r in range(SIZE)]
+    bs = [xs[r - 1] if r > 0 else 0 * xs[r] for r in range(SIZE)]
+    want_a = 2 * bs[RANK + 1] + 1 if RANK < SIZE - 1 else 0 * xs[RANK]
+    np.testing.assert_array_equal(np.asarray(b), bs[RANK])
+    np.testing.assert_array_equal(np.asarray(a), want_a)
+
+
 def test_recv_into_carried_template():
     """recv writes into its template's buffer, here a loop's carry."""
     x = jnp.asarray(data(RANK, (4,), np.float32))
@@ -163,12 +189,14 @@ def _loop_body_copies(fn, *args):
 def test_no_copy_in_loop_body(name):
     op, _ = _cases(0)[name]
     x = jnp.ones((SIZE, 64), jnp.float32)
-    if name == "sendrecv":  # two buffers; sendrecv(a, a) must copy one
+    if name.startswith("sendrecv"):  # two buffers; sendrecv(a, a) copies one
+        src, dst = (SRC, DST) if name == "sendrecv" else (DOWN, UP)
+
         def fn(x):
             def body(i, ab):
                 a, b = ab
-                b = mpx.sendrecv(a, b, SRC, DST)
-                return mpx.sendrecv(b, a, SRC, DST), b
+                b = mpx.sendrecv(a, b, src, dst)
+                return mpx.sendrecv(b, a, src, dst), b
             return lax.fori_loop(0, 4, body, (x, x * 0))
     else:
         def fn(x):
@@ -216,8 +244,10 @@ def test_alltoall_large_blocks(dtype):
     xs = [_tagged_blocks(r, dtype, extra=3) for r in range(SIZE)]
     want = np.stack([xs[j][RANK] for j in range(SIZE)])
     x = jnp.asarray(xs[RANK])
-    np.testing.assert_array_equal(np.asarray(mpx.alltoall(x)), want)
-    np.testing.assert_array_equal(np.asarray(jax.jit(mpx.alltoall)(x)), want)
+    eager = np.asarray(mpx.alltoall(x))
+    jitted = np.asarray(jax.jit(mpx.alltoall)(x))
+    np.testing.assert_array_equal(eager, want)
+    np.testing.assert_array_equal(jitted, want)
     # The input was not touched (XLA copied it before the in-place call).
     np.testing.assert_array_equal(np.asarray(x), xs[RANK])
 

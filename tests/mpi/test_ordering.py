@@ -37,7 +37,6 @@ def test_scan_and_while():
         return carry + 1, s
 
     _, ys = jax.jit(lambda c: lax.scan(step, c, None, length=4))(jnp.float32(RANK))
-    check(ys, np.array([TOTAL + SIZE * k for k in range(4)], np.float32))
 
     def cond(c):
         return c[1] < 3
@@ -45,8 +44,12 @@ def test_scan_and_while():
     def body(c):
         return mpx.allreduce(c[0], MPI.SUM), c[1] + 1
 
-    y, _ = jax.jit(lambda x: lax.while_loop(cond, body, (x, 0)))(jnp.float64(1.0))
-    assert float(y) == float(SIZE) ** 3
+    # Rank r starts from r + 1: the first sum is T = SIZE (SIZE + 1) / 2,
+    # then every rank holds T and each sum multiplies by SIZE.
+    y, _ = jax.jit(lambda x: lax.while_loop(cond, body, (x, 0)))(
+        jnp.float64(RANK + 1))
+    check(ys, np.array([TOTAL + SIZE * k for k in range(4)], np.float32))
+    assert float(y) == SIZE * (SIZE + 1) / 2 * SIZE ** 2
 
 
 @pytest.mark.parametrize("pred", [True, False])
@@ -104,26 +107,42 @@ def test_user_tokens_are_joined():
     def f(x):
         tok = lax.create_token()
         y, tok = jaxmpi.allreduce(x, MPI.SUM, token=tok)
-        z, tok = jaxmpi.sendrecv(y, y, LEFT, RIGHT, token=tok)
+        z, tok = jaxmpi.sendrecv(y + x, y, LEFT, RIGHT, token=tok)
         tok = jaxmpi.barrier(token=tok)
         return z, tok
 
     # The user's token enters the effect chain through the join call.
     hlo = f.lower(jnp.float32(RANK)).as_text()
+    outs = [f(jnp.float32(RANK)) for _ in range(20)]  # all calls, then assert
     assert hlo.count("@jaxmpi_join_token(") == 3
-    for _ in range(20):
-        z, tok = f(jnp.float32(RANK))
-        assert float(z) == TOTAL
-    assert type(tok).__name__ == "Token"
+    assert all(float(z) == TOTAL + LEFT for z, _ in outs)
+    assert all(type(tok).__name__ == "Token" for _, tok in outs)
 
 
 def test_checkpoint_and_custom_vjp_allowed():
+    x = jnp.float32(RANK + 1)  # rank r: r + 1
+    total = SIZE * (SIZE + 1) / 2
     f = jax.checkpoint(lambda x: mpx.allreduce(x, MPI.SUM) * 2)
-    assert float(jax.jit(f)(jnp.float32(1))) == 2 * SIZE
+    fx = float(jax.jit(f)(x))
+    gf = float(jax.jit(jax.grad(f))(x))  # default convention: 2, not 2 SIZE
+
+    # The backward rule communicates too (rank r's cotangent scaled by its
+    # residual x, summed over ranks): it must run, in order, under jit.
+    ran = []
 
     @jax.custom_vjp
     def g(x):
         return mpx.allreduce(x, MPI.SUM)
 
-    g.defvjp(lambda x: (g(x), None), lambda _, ct: (ct,))
-    assert float(jax.jit(g)(jnp.float32(1))) == SIZE
+    def g_bwd(x, ct):
+        ran.append(True)
+        return (mpx.allreduce(ct * x, MPI.SUM),)
+
+    g.defvjp(lambda x: (g(x), x), g_bwd)
+    gx = float(jax.jit(g)(x))
+    gg = float(jax.jit(jax.grad(lambda x: 3 * g(x)))(x))
+    assert fx == 2 * total
+    assert gf == 2.0
+    assert gx == total
+    assert ran, "the custom VJP's backward rule never ran"
+    assert gg == 3 * total  # sum over ranks of 3 (r + 1)

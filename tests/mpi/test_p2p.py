@@ -2,6 +2,8 @@
 mismatched messages, and orderings that deadlock unless calls stay in
 program order."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,11 +12,35 @@ from mpi4py import MPI
 
 import jaxmpi
 from jaxmpi import notoken as mpx
-from util import (DTYPE_IDS, DTYPES, MODES, RANK, SIZE, check, data, run)
+from util import (DTYPE_IDS, DTYPES, MODES, RANK, SIZE, Later, bfloat16,
+                  check, data, run)
 
 SHAPE = (4, 3)
 RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
 needs2 = pytest.mark.skipif(SIZE < 2, reason="needs 2 ranks")
+
+# A non-periodic line: rank r sends up to r + 1 and receives from r - 1
+# below; the ends talk to MPI.PROC_NULL. Unlike the ring (whose left and
+# right neighbours are one rank at 2 ranks), source and dest swapped give
+# another answer at every rank count from 2.
+UP = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
+DOWN = RANK - 1 if RANK > 0 else MPI.PROC_NULL
+SOME_DTYPES = [np.dtype(d) for d in (np.bool_, np.int8, np.uint64, np.float16,
+                                     bfloat16, np.float64, np.complex128)]
+
+
+def from_below(shape, dtype, seed=0):
+    """What rank RANK receives on the line going up: its lower neighbour's
+    data, or zeros at the bottom end."""
+    if DOWN == MPI.PROC_NULL:
+        return np.zeros(shape, dtype)
+    return data(DOWN, shape, dtype, seed=seed)
+
+
+def from_above(shape, dtype, seed=0):
+    if UP == MPI.PROC_NULL:
+        return np.zeros(shape, dtype)
+    return data(UP, shape, dtype, seed=seed)
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -42,6 +68,70 @@ def test_send_recv_ring(dtype, mode):
         return b
 
     check(run(mode, f, x), data(LEFT, SHAPE, dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", SOME_DTYPES, ids=str)
+def test_sendrecv_shift(dtype, mode):
+    x = jnp.asarray(data(RANK, SHAPE, dtype))
+    y = run(mode, lambda a: mpx.sendrecv(a, a, DOWN, UP), x)
+    check(y, from_below(SHAPE, dtype))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sendrecv_shift_both_ways(mode):
+    # Different data (and shapes) up and down the line, in one program.
+    a = jnp.asarray(data(RANK, SHAPE, np.float32, seed=1))
+    b = jnp.asarray(data(RANK, (5,), np.int32, seed=2))
+
+    def f(a, b):
+        return (mpx.sendrecv(a, a, DOWN, UP, sendtag=1, recvtag=1),
+                mpx.sendrecv(b, b, UP, DOWN, sendtag=2, recvtag=2))
+
+    up, down = run(mode, f, a, b)
+    later = Later()
+    later.check(up, from_below(SHAPE, np.float32, seed=1), "up")
+    later.check(down, from_above((5,), np.int32, seed=2), "down")
+    later.done()
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_sendrecv_ring_both_ways(mode):
+    # Different data each way round the ring (tells directions apart from
+    # 3 ranks; the line above does from 2).
+    a = jnp.asarray(data(RANK, SHAPE, np.float64, seed=3))
+    b = jnp.asarray(data(RANK, SHAPE, np.float64, seed=4))
+
+    def f(a, b):
+        return (mpx.sendrecv(a, a, LEFT, RIGHT), mpx.sendrecv(b, b, RIGHT, LEFT))
+
+    right, left = run(mode, f, a, b)
+    later = Later()
+    later.check(right, data(LEFT, SHAPE, np.float64, seed=3), "rightwards")
+    later.check(left, data(RIGHT, SHAPE, np.float64, seed=4), "leftwards")
+    later.done()
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("dtype", SOME_DTYPES, ids=str)
+def test_send_recv_shift(dtype, mode):
+    # Up the line, then down with other data: each rank receives before it
+    # sends, so the messages ripple from one end (PROC_NULL at the ends).
+    a = jnp.asarray(data(RANK, SHAPE, dtype, seed=5))
+    b = jnp.asarray(data(RANK, (2, 5), dtype, seed=6))
+
+    def f(a, b):
+        up = mpx.recv(a, DOWN, tag=11)
+        mpx.send(a, UP, tag=11)
+        down = mpx.recv(b, UP, tag=12)
+        mpx.send(b, DOWN, tag=12)
+        return up, down
+
+    up, down = run(mode, f, a, b)
+    later = Later()
+    later.check(up, from_below(SHAPE, dtype, seed=5), "up")
+    later.check(down, from_above((2, 5), dtype, seed=6), "down")
+    later.done()
 
 
 def test_sendrecv_different_shapes_and_dtypes():
@@ -196,12 +286,18 @@ def test_short_message_is_an_error_not_garbage(mode, check_mode):
                 r"elements of float32" if check_mode == "off" else
                 r"rank 1 expects float32\[4\] \(16 bytes\) but the message "
                 r"from rank 0 with tag 5 has 12 bytes \(3 float32 elements\)")
-    if RANK == 1:
-        with pytest.raises(Exception, match=expected):
-            jax.block_until_ready(run(mode, f, x))
-    else:
+    error = None
+    try:
         jax.block_until_ready(run(mode, f, x))
-    check(mpx.allreduce(jnp.ones(2), MPI.SUM), np.full(2, float(SIZE)))
+    except Exception as e:  # noqa: BLE001 (checked below, after the allreduce)
+        error = e
+    total = mpx.allreduce(jnp.ones(2), MPI.SUM)
+    if RANK == 1:
+        assert error is not None, "no error on rank 1"
+        assert re.search(expected, str(error)), str(error)
+    else:
+        assert error is None, error
+    check(total, np.full(2, float(SIZE)))
 
 
 @needs2
@@ -210,12 +306,17 @@ def test_long_message_is_an_error(check_mode):
     # reports truncation, which becomes jaxmpi's message with the size
     # expected; on (the default): the probe gives both sizes.
     x = jnp.arange(8.0, dtype=jnp.float32)
+    msg = None
     if RANK == 0:
         mpx.send(x, 1, tag=6)
     elif RANK == 1:
-        with pytest.raises(Exception) as info:
+        try:
             jax.block_until_ready(mpx.recv(x[:4], 0, tag=6))
-        msg = str(info.value)
+        except Exception as e:  # noqa: BLE001 (checked below)
+            msg = str(e)
+    total = mpx.allreduce(jnp.ones(2), MPI.SUM)
+    if RANK == 1:
+        assert msg is not None, "no error on rank 1"
         if check_mode == "off":
             assert ("jaxmpi.recv: rank 1 expects float32[4] (16 bytes) but the "
                     "message from rank 0 with tag 6 is larger (MPI_Recv: message "
@@ -224,7 +325,7 @@ def test_long_message_is_an_error(check_mode):
             assert ("jaxmpi.recv: rank 1 expects float32[4] (16 bytes) but the "
                     "message from rank 0 with tag 6 has 32 bytes (8 float32 "
                     "elements)") in msg, msg
-    check(mpx.allreduce(jnp.ones(2), MPI.SUM), np.full(2, float(SIZE)))
+    check(total, np.full(2, float(SIZE)))
 
 
 # ---- neighbor_exchange -------------------------------------------------------
@@ -242,41 +343,59 @@ def test_neighbor_exchange_shift(dtype, mode):
                                      [RIGHT, LEFT], tag=7)
 
     y0, y1 = run(mode, f, x, z)
-    check(y0, data(LEFT, SHAPE, dtype))
-    check(y1, data(RIGHT, (5,), dtype, seed=1))
+    later = Later()
+    later.check(y0, data(LEFT, SHAPE, dtype))
+    later.check(y1, data(RIGHT, (5,), dtype, seed=1))
+    later.done()
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_neighbor_exchange_open_ends(mode):
-    # A non-periodic line: the ends talk to MPI.PROC_NULL and get zeros.
-    left = RANK - 1 if RANK > 0 else MPI.PROC_NULL
-    right = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
-    x = jnp.asarray(data(RANK, SHAPE, np.float32))
+@pytest.mark.parametrize("dtype", SOME_DTYPES, ids=str)
+def test_neighbor_exchange_open_ends(dtype, mode):
+    # The non-periodic line: pair 0 goes up, pair 1 (other data, another
+    # shape) goes down; the ends talk to MPI.PROC_NULL and get zeros.
+    x = jnp.asarray(data(RANK, SHAPE, dtype, seed=2))
+    z = jnp.asarray(data(RANK, (5,), dtype, seed=3))
 
-    def f(a):
-        return mpx.neighbor_exchange([a, a], [a, a], [left, right],
-                                     [right, left])
+    def f(a, b):
+        return mpx.neighbor_exchange([a, b], [a, b], [DOWN, UP], [UP, DOWN])
 
-    from_left, from_right = run(mode, f, x)
-    zeros = np.zeros(SHAPE, np.float32)
-    check(from_left, data(left, SHAPE, np.float32) if RANK > 0 else zeros)
-    check(from_right,
-          data(right, SHAPE, np.float32) if RANK < SIZE - 1 else zeros)
+    up, down = run(mode, f, x, z)
+    later = Later()
+    later.check(up, from_below(SHAPE, dtype, seed=2), "up")
+    later.check(down, from_above((5,), dtype, seed=3), "down")
+    later.done()
 
 
 def test_neighbor_exchange_token_api_and_empty():
     x = jnp.ones(3) * RANK
-    (y,), tok = jaxmpi.neighbor_exchange([x], [x], [LEFT], [RIGHT], token=None)
-    check(y, np.ones(3) * LEFT)
-    assert mpx.neighbor_exchange([], [], [], []) == ()
+    (y,), tok = jaxmpi.neighbor_exchange([x], [x], [DOWN], [UP], token=None)
+    empty = mpx.neighbor_exchange([], [], [], [])
+    check(y, np.ones(3) * (DOWN if RANK > 0 else 0))
+    assert empty == ()
 
 
-def test_neighbor_exchange_size_mismatch_is_an_error():
-    # Every rank sends 4 elements but expects 3: an error, not a truncation.
-    x = jnp.ones(4)
-    with pytest.raises(Exception, match="neighbor_exchange"):
-        jax.block_until_ready(
-            mpx.neighbor_exchange([x], [jnp.ones(3)], [LEFT], [RIGHT]))
+def test_neighbor_exchange_short_message_is_an_error():
+    # Every rank sends 3 elements but expects 4: jaxmpi's own check of the
+    # received size, naming the sender and the tag (never garbage).
+    with pytest.raises(Exception, match=(
+            rf"jaxmpi.neighbor_exchange: rank {RANK} received 24 bytes from "
+            rf"rank {LEFT} \(tag 7\) but expected 4 elements of float64 "
+            r"\(32 bytes\): the sender's shape or dtype differs")):
+        jax.block_until_ready(mpx.neighbor_exchange(
+            [jnp.ones(3, jnp.float64)], [jnp.ones(4, jnp.float64)], [LEFT],
+            [RIGHT], tag=7))
+
+
+def test_neighbor_exchange_long_message_is_an_mpi_error():
+    # Every rank sends 4 elements but expects 3: MPI's truncation error,
+    # which jaxmpi reports with the op, the failed call, rank and peer.
+    with pytest.raises(Exception, match=(
+            rf"jaxmpi.neighbor_exchange: MPI_Waitall \(receive\) failed on "
+            rf"rank {RANK} of {SIZE}, source {LEFT}: (?i:.*trunc)")):
+        jax.block_until_ready(mpx.neighbor_exchange(
+            [jnp.ones(4, jnp.float64)], [jnp.ones(3, jnp.float64)], [LEFT],
+            [RIGHT]))
 
 
 @pytest.mark.parametrize("args, err, match", [

@@ -120,3 +120,48 @@ def check(result, expected):
     assert result.dtype == expected.dtype, (result.dtype, expected.dtype)
     assert result.shape == expected.shape, (result.shape, expected.shape)
     np.testing.assert_array_equal(result, expected)
+
+
+class Later:
+    """Assertions kept until every communicating call of a test is made.
+
+    A rank whose assert fails leaves the test at once; its peers, still in
+    the test's next call (a collective, a receive), would wait for it for
+    ever. So a test that communicates after checking records its checks
+    here and raises once, at the end, on every rank that saw a failure (the
+    rank-agreement hook then fails the test on the others):
+
+        later = Later()
+        later.equal(mpx.bcast(x, 0), x0)
+        later.close(mpx.allreduce(x, MPI.SUM), total, rtol=1e-12)
+        later.done()
+    """
+
+    def __init__(self):
+        self.failures = []
+
+    def _run(self, what, fn, *args, **kw):
+        try:
+            fn(*args, **kw)
+        except AssertionError as e:
+            self.failures.append(f"{what or 'check'} #{len(self.failures) + 1}: {e}")
+
+    def check(self, result, expected, what=""):
+        """util.check: same dtype, shape and values."""
+        self._run(what, check, result, expected)
+
+    def equal(self, result, expected, what=""):
+        self._run(what, np.testing.assert_array_equal, np.asarray(result),
+                  np.asarray(expected))
+
+    def close(self, result, expected, what="", **kw):
+        self._run(what, np.testing.assert_allclose, np.asarray(result),
+                  np.asarray(expected), **kw)
+
+    def true(self, cond, what=""):
+        if not cond:
+            self.failures.append(f"{what or 'condition'} is false")
+
+    def done(self):
+        if self.failures:
+            raise AssertionError("\n".join(self.failures))

@@ -1,0 +1,433 @@
+#!/usr/bin/env python3
+"""The mutation check: does the test suite catch plausible bugs?
+
+Each mutant is one small change to the source (wrong root, swapped source
+and dest, a dropped transpose term, an off-by-one count, ...). For each, a
+copy of the tree is made, the mutant applied (its old text must occur
+exactly once), the C core built where C changed, and the mutant's test files
+run under mpiexec at each rank count (2 and 3 by default), each under a
+timeout. A mutant is killed when a run fails (a hang that the timeout ends
+counts, and says so); it survives when every run passes. Survivors not in
+DOCUMENTED_SURVIVORS (CONTRIBUTING.md says why each is there) make the
+script exit non-zero, as does a mutant that does not apply or build, or an
+unmutated copy whose tests fail.
+
+Run from the repository root with the project's environment, e.g.
+
+    .venv/bin/python scripts/mutants.py              # every mutant
+    .venv/bin/python scripts/mutants.py --list
+    .venv/bin/python scripts/mutants.py --only c-sendrecv-swap --ranks 2
+
+The copy holds the working tree's files (tracked and untracked, not
+ignored), so uncommitted tests are what runs. The copy's src/ goes first on
+PYTHONPATH; the environment's installed jaxmpi is never used (checked).
+Costs (a loaded 2-core machine): a C rebuild about a minute; a killed mutant
+seconds to a minute; a survivor the full time of its files at every rank
+count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+P2P = "tests/mpi/test_p2p.py"
+AD = "tests/mpi/test_autodiff.py"
+COLL = "tests/mpi/test_collectives.py"
+INPL = "tests/mpi/test_in_place.py"
+ORD = "tests/mpi/test_ordering.py"
+VAL = "tests/mpi/test_validation.py"
+BAD = "tests/mpi/test_bad_input.py"
+GPU = "tests/gpu/test_gpu.py"
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutant:
+    name: str
+    path: str
+    old: str
+    new: str
+    what: str
+    tests: tuple
+    gpu: bool = False  # only a GPU run can kill it
+    select: str = ""  # pytest -k: the tests that concern it (faster runs)
+
+
+MUTANTS = [
+    # ---- C core: point to point (csrc/p2p.c) ----
+    Mutant("c-sendrecv-swap", "csrc/p2p.c",
+           "jm_Sendrecv(x->data, x->count, x->elsize, x->mpi, c->dest, c->sendtag,\n"
+           "                     y->data, y->count, y->elsize, y->mpi, c->source,",
+           "jm_Sendrecv(x->data, x->count, x->elsize, x->mpi, c->source, c->sendtag,\n"
+           "                     y->data, y->count, y->elsize, y->mpi, c->dest,",
+           "sendrecv: source and dest swapped in the MPI call", (P2P, AD, INPL)),
+    Mutant("c-exchange-swap", "csrc/p2p.c",
+           "recv ? c->sources[i] : c->dests[i], recv,",
+           "recv ? c->dests[i] : c->sources[i], recv,",
+           "neighbor_exchange: every pair's source and dest swapped", (P2P, AD)),
+    Mutant("c-exchange-check-off-by-one", "csrc/p2p.c",
+           "  for (int i = 0; i < n; i++) {\n    XLA_FFI_Error *err = check_received(",
+           "  for (int i = 0; i < n - 1; i++) {\n    XLA_FFI_Error *err = check_received(",
+           "neighbor_exchange: the last pair's received size is not checked", (P2P,)),
+    Mutant("c-proc-null-no-zeros", "csrc/p2p.c",
+           "    return jm_zero(c, y->data, (size_t)y->count * y->elsize);",
+           "    return NULL;",
+           "a receive from MPI.PROC_NULL leaves the template's data, not zeros",
+           (P2P,)),
+    # ---- C core: collectives (csrc/collectives.c) ----
+    Mutant("c-reduce-root", "csrc/collectives.c",
+           "c->op, c->root, c->comm));\n  return root ? NULL : pass_through(c, x, y);",
+           "c->op, 0, c->comm));\n  return root ? NULL : pass_through(c, x, y);",
+           "reduce: MPI call made with root 0 whatever the root", (COLL,),
+           select="test_reduce"),
+    Mutant("c-bcast-root", "csrc/collectives.c",
+           "jm_Bcast(y->data, x->count, x->elsize, x->mpi, c->root, c->comm)",
+           "jm_Bcast(y->data, x->count, x->elsize, x->mpi, 0, c->comm)",
+           "bcast: MPI call made with root 0 whatever the root", (COLL,),
+           select="test_bcast"),
+    Mutant("c-no-in-place", "csrc/collectives.c",
+           "return x->data == y->data && x->count ? jm_const.in_place : x->data;",
+           "return (void)y, x->data;",
+           "aliased send and receive buffers passed as such, not MPI_IN_PLACE",
+           (COLL, INPL), select="test_allreduce or test_scan or test_loop_carry"),
+    Mutant("c-alltoall-count", "csrc/collectives.c",
+           "jm_Alltoall(s, y->data, block, x->elsize, x->mpi, c->comm)",
+           "jm_Alltoall(s, y->data, block - 1, x->elsize, x->mpi, c->comm)",
+           "alltoall: one element short per block (off-by-one count)", (COLL,),
+           select="test_alltoall"),
+    Mutant("c-allgather-count", "csrc/collectives.c",
+           "jm_Allgather(x->data, y->data, x->count, x->elsize, x->mpi, c->comm)",
+           "jm_Allgather(x->data, y->data, x->count - (x->count > 1), x->elsize, "
+           "x->mpi, c->comm)",
+           "allgather: one element short per rank (off-by-one count)", (COLL,),
+           select="test_allgather"),
+    Mutant("c-scatter-root", "csrc/collectives.c",
+           "y->mpi, c->root, c->comm));",
+           "y->mpi, 0, c->comm));",
+           "scatter: MPI call made with root 0 whatever the root", (COLL,),
+           select="test_scatter"),
+    # ---- C core: half-precision reductions (csrc/halfops.c) ----
+    Mutant("c-half-sum-op", "csrc/halfops.c",
+           "JM_HALF_FN(t, sum, x + y)", "JM_HALF_FN(t, sum, x - y)",
+           "float16/bfloat16 MPI.SUM computes a difference (wrong reduction op)",
+           (COLL,), select="float16 or half"),
+    Mutant("c-half-rounding", "csrc/halfops.c",
+           "if (rem > half || (rem == half && (r & 1u))) r++;",
+           "if (rem >= half) r++;",
+           "float32 -> float16 rounds ties away from zero, not to even", (COLL,),
+           select="float16 or half"),
+    # ---- C core: CUDA staging (csrc/cuda_staging.c) ----
+    Mutant("c-cuda-skip-stream-sync", "csrc/cuda_staging.c",
+           "  CUresult rc = cu.StreamSynchronize(stream);\n  if (rc != JM_CUDA_SUCCESS) {\n"
+           "    unwind(&p, p.n, stream);",
+           "  CUresult rc = JM_CUDA_SUCCESS;\n  if (rc != JM_CUDA_SUCCESS) {\n"
+           "    unwind(&p, p.n, stream);",
+           "staged GPU data sent before the stream's copies finish", (GPU,),
+           gpu=True),
+    # ---- Python: the rules of each op (src/jaxmpi/_ops.py) ----
+    Mutant("py-reduce-transpose-term", "src/jaxmpi/_ops.py",
+           "return [b if comm.rank == root else b + ct]", "return [b]",
+           "reduce's transpose drops the own cotangent off the root", (AD,)),
+    Mutant("py-scan-transpose-term", "src/jaxmpi/_ops.py",
+           "return [total - upto + ct]", "return [total - upto]",
+           "scan's transpose is exclusive (drops the own cotangent)", (AD,)),
+    Mutant("py-bcast-transpose-template", "src/jaxmpi/_ops.py",
+           "return [total if comm.rank == root else _zeros_from(total, x)]",
+           "return [total]",
+           "bcast's transpose gives the templates a cotangent", (AD,)),
+    Mutant("py-sendrecv-transpose-direction", "src/jaxmpi/_ops.py",
+           "comm=comm, source=dest,\n        dest=source, sendtag=_backward_tag(back, comm),",
+           "comm=comm, source=source,\n        dest=dest, sendtag=_backward_tag(back, comm),",
+           "sendrecv's transpose sends the same way as the op", (AD,)),
+    Mutant("py-exchange-transpose-direction", "src/jaxmpi/_ops.py",
+           "*back, comm=comm, sources=dests, dests=sources,",
+           "*back, comm=comm, sources=sources, dests=dests,",
+           "neighbor_exchange's transpose sends the same way as the op", (AD,)),
+    Mutant("py-send-transpose-peer", "src/jaxmpi/_ops.py",
+           "return recv_p.bind(_zeros(x), comm=comm, source=dest,",
+           "return recv_p.bind(_zeros(x), comm=comm, source=MPI.PROC_NULL,",
+           "send's transpose receives nothing (from MPI.PROC_NULL)", (AD,)),
+    Mutant("py-backward-tag", "src/jaxmpi/_ops.py",
+           "return tag ^ reserved_tag_bit(comm.tag_ub)", "return tag",
+           "transposed messages use the forward tag space", (AD, ORD)),
+    Mutant("py-allreduce-adjoint", "src/jaxmpi/_ops.py",
+           'if adjoint == "sum":\n        return allreduce_p.bind(',
+           'if adjoint != "sum":\n        return allreduce_p.bind(',
+           "allreduce's two adjoint conventions exchanged", (AD,)),
+    Mutant("py-allgather-transpose-sum", "src/jaxmpi/_ops.py",
+           "return [parts.sum(axis=0).astype(ct.dtype)]",
+           "return [parts[0].astype(ct.dtype)]",
+           "allgather's transpose keeps rank 0's cotangent instead of the sum",
+           (AD,)),
+    Mutant("py-max-ties", "src/jaxmpi/_ops.py",
+           "        dy = dy / count\n", "",
+           "allreduce MAX/MIN: tied ranks each get the whole tangent", (AD,)),
+    Mutant("py-alltoall-batch-axis", "src/jaxmpi/_ops.py",
+           "x = jnp.moveaxis(x, d, 1)  # the first axis is split over ranks",
+           "x = _front(x, d)",
+           "alltoall's batching rule puts the batch first (dropped axis move)",
+           (AD,)),
+    Mutant("py-gather-batch-axis", "src/jaxmpi/_ops.py",
+           "return [y], [1 if comm.rank == root else 0]", "return [y], [0]",
+           "gather's batched result: batch axis misplaced on the root", (AD,)),
+    Mutant("py-sendrecv-alias", "src/jaxmpi/_ops.py",
+           "aliases={1: 0},", "aliases={0: 0},",
+           "sendrecv's result aliased to the send buffer, not the template",
+           (P2P, INPL)),
+    # ---- Python: API and validation (src/jaxmpi/_api.py, _validate.py) ----
+    Mutant("py-api-sendrecv-swap", "src/jaxmpi/_api.py",
+           "sendbuf, recvbuf, comm=info, source=source, dest=dest, sendtag=sendtag,",
+           "sendbuf, recvbuf, comm=info, source=dest, dest=source, sendtag=sendtag,",
+           "sendrecv: source and dest swapped before the primitive", (P2P,)),
+    Mutant("py-api-pass-through", "src/jaxmpi/_api.py",
+           "return x if _jcore.trace_state_clean() else y", "return y",
+           "rooted ops hand back the op's result, not x itself (eager)", (COLL,),
+           select="root_returns_input"),
+    Mutant("py-validate-rank-bound", "src/jaxmpi/_validate.py",
+           "if 0 <= v < comm.size or v in allow:",
+           "if 0 <= v <= comm.size or v in allow:",
+           "a rank equal to the communicator size is accepted (off by one)",
+           (VAL,)),
+]
+
+# Mutants the suite cannot kill, and why (CONTRIBUTING.md has the same list).
+DOCUMENTED_SURVIVORS = {
+    "c-cuda-skip-stream-sync":
+        "only a GPU run can kill it (tests/gpu); without a GPU it survives",
+}
+
+
+def run(cmd, **kw):
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, **kw)
+
+
+def tree_files():
+    out = run(["git", "ls-files", "-z", "--cached", "--others",
+               "--exclude-standard"], cwd=ROOT, check=True).stdout
+    return sorted({p for p in out.split("\0") if p and os.path.isfile(
+        os.path.join(ROOT, p))})
+
+
+def copy_tree(dst):
+    for rel in tree_files():
+        target = os.path.join(dst, rel)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, rel), target)
+
+
+def build(tree, python):
+    """Builds the C core in place (src/jaxmpi/_core_*.so). setuptools
+    rebuilds an extension when a source is newer than it: after a C mutant,
+    not after a Python one."""
+    t0 = time.monotonic()
+    res = run([python, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree)
+    return res.returncode == 0, res.stdout, time.monotonic() - t0
+
+
+def apply(tree, m, dry=False):
+    """Applies m to the copy in tree (dry: only checks that it applies)."""
+    path = os.path.join(tree, m.path)
+    with open(path) as f:
+        text = f.read()
+    n = text.count(m.old)
+    if n != 1:
+        raise SystemExit(f"mutant {m.name}: its old text occurs {n} times in "
+                         f"{m.path} (must be exactly once): {m.old!r}")
+    if not dry:
+        with open(path, "w") as f:
+            f.write(text.replace(m.old, m.new))
+
+
+def env_for(tree):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.path.join(tree, "src") + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.setdefault("JAX_PLATFORMS", "cpu")
+    env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
+                        " --xla_force_host_platform_device_count=1").strip()
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    return env
+
+
+def launcher(python):
+    cmd = os.environ.get("JAXMPI_LAUNCH")
+    if cmd:
+        return shlex.split(cmd)
+    return [os.path.join(os.path.dirname(python), "mpiexec")]
+
+
+def run_tests(tree, files, n, args, select=""):
+    """(passed, seconds, what failed) for files at n ranks in tree (select:
+    a pytest -k expression; all of files if empty)."""
+    cmd = ["timeout", "-k", "10", str(args.run_timeout), *launcher(args.python),
+           "-n", str(n), args.python, "-m", "pytest", "-q", "-x",
+           "-p", "no:cacheprovider", "--timeout-method=thread",
+           f"--timeout={args.test_timeout}", "--color=no", *files,
+           *(["-k", select] if select else [])]
+    t0 = time.monotonic()
+    res = run(cmd, cwd=tree, env=env_for(tree))
+    dt = time.monotonic() - t0
+    if res.returncode == 0:
+        return True, dt, ""
+    if res.returncode in (124, 137):
+        return False, dt, f"hung: ended by the {args.run_timeout}s timeout"
+    failed = re.findall(r"^FAILED (\S+)", res.stdout, re.M)
+    if failed:
+        why = failed[0]
+    elif "Timeout" in res.stdout:
+        why = "a test ran past --timeout (hang)"
+    else:
+        tail = [l for l in res.stdout.strip().splitlines() if l.strip()]
+        why = f"rc={res.returncode}: " + (tail[-1][:120] if tail else "")
+    return False, dt, why
+
+
+def have_gpu():
+    return shutil.which("nvidia-smi") is not None and run(
+        ["nvidia-smi", "-L"]).returncode == 0
+
+
+def check_mutant(m, base, args, gpu):
+    if m.gpu and not gpu:
+        return {"status": "survived (needs a GPU)", "detail": "not run: no GPU",
+                "seconds": 0.0}
+    t0 = time.monotonic()
+    tree = tempfile.mkdtemp(prefix=f"jaxmpi-mutant-{m.name}-", dir=args.workdir)
+    try:
+        shutil.copytree(base, tree, dirs_exist_ok=True, symlinks=True)
+        apply(tree, m)
+        if m.path.startswith("csrc/"):
+            ok, out, _ = build(tree, args.python)
+            if not ok:
+                return {"status": "build-failed", "detail": out.strip()[-300:],
+                        "seconds": time.monotonic() - t0}
+        for n in args.ranks:
+            passed, _, why = run_tests(tree, list(m.tests), n, args, m.select)
+            if not passed:
+                return {"status": "killed", "detail": f"{n} ranks: {why}",
+                        "seconds": time.monotonic() - t0}
+        sel = f" -k '{m.select}'" if m.select else ""
+        return {"status": "survived",
+                "detail": f"{', '.join(m.tests)}{sel} pass at {args.ranks} ranks",
+                "seconds": time.monotonic() - t0}
+    finally:
+        if not args.keep:
+            shutil.rmtree(tree, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--list", action="store_true", help="list the mutants")
+    ap.add_argument("--only", action="append", default=[], metavar="NAME",
+                    help="run this mutant (repeatable; a prefix selects all "
+                         "mutants whose name starts with it)")
+    ap.add_argument("--ranks", default="2,3", help="rank counts (default 2,3)")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="mutants at once (default 1; each runs MPI jobs)")
+    ap.add_argument("--python", default=sys.executable,
+                    help="the environment's python (default: this one)")
+    ap.add_argument("--test-timeout", type=int, default=120,
+                    help="seconds per test (pytest-timeout; default 120)")
+    ap.add_argument("--run-timeout", type=int, default=900,
+                    help="seconds per test run (default 900)")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip running the unmutated tree's tests first")
+    ap.add_argument("--workdir", default=None, help="where copies go")
+    ap.add_argument("--keep", action="store_true", help="keep the copies")
+    args = ap.parse_args()
+    args.ranks = [int(r) for r in args.ranks.replace(" ", "").split(",") if r]
+
+    names = [m.name for m in MUTANTS]
+    assert len(set(names)) == len(names), "duplicate mutant names"
+    if args.list:
+        for m in MUTANTS:
+            gpu = "  [GPU only]" if m.gpu else ""
+            sel = f" -k '{m.select}'" if m.select else ""
+            print(f"{m.name:34} {m.path:24} {m.what}{gpu}")
+            print(f"{'':34} tests: {' '.join(m.tests)}{sel}")
+        print(f"{len(MUTANTS)} mutants")
+        return 0
+    chosen = [m for m in MUTANTS
+              if not args.only or any(m.name.startswith(o) for o in args.only)]
+    if not chosen:
+        raise SystemExit(f"no mutant matches {args.only}; see --list")
+    gpu = have_gpu()
+
+    t_start = time.monotonic()
+    base = tempfile.mkdtemp(prefix="jaxmpi-mutant-base-", dir=args.workdir)
+    try:
+        copy_tree(base)
+        for m in chosen:  # fail before any build if a mutant does not apply
+            apply(base, m, dry=True)
+        ok, out, dt = build(base, args.python)
+        if not ok:
+            print(out)
+            raise SystemExit("the unmutated tree does not build")
+        print(f"built the unmutated C core in {dt:.0f}s", flush=True)
+        where = run([args.python, "-c", "import jaxmpi; print(jaxmpi.__file__)"],
+                    cwd=base, env=env_for(base)).stdout.strip()
+        if not where.startswith(os.path.realpath(base)) and not where.startswith(base):
+            raise SystemExit(f"the copy's jaxmpi is not the one imported: {where}")
+        if not args.no_baseline:
+            files = sorted({f for m in chosen for f in m.tests
+                            if not (m.gpu and not gpu)})
+            for n in args.ranks:
+                passed, dt, why = run_tests(base, files, n, args)
+                print(f"unmutated: {' '.join(files)} at {n} ranks: "
+                      f"{'pass' if passed else 'FAIL ' + why} ({dt:.0f}s)",
+                      flush=True)
+                if not passed:
+                    raise SystemExit("the unmutated tree fails its tests: fix "
+                                     "that first (or --no-baseline)")
+        results = {}
+        with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
+            futs = {pool.submit(check_mutant, m, base, args, gpu): m
+                    for m in chosen}
+            for fut in concurrent.futures.as_completed(futs):
+                m = futs[fut]
+                results[m.name] = r = fut.result()
+                print(f"  {m.name}: {r['status']} ({r['seconds']:.0f}s) "
+                      f"{r['detail']}", flush=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+    print()
+    print(f"{'mutant':34} {'status':24} {'s':>5}  detail")
+    bad = []
+    for m in chosen:
+        r = results[m.name]
+        status = r["status"]
+        if status.startswith("survived"):
+            if m.name in DOCUMENTED_SURVIVORS:
+                status += " (documented)"
+            else:
+                bad.append(m.name)
+        elif status != "killed":
+            bad.append(m.name)
+        print(f"{m.name:34} {status:24} {r['seconds']:5.0f}  {r['detail']}")
+    killed = sum(results[m.name]["status"] == "killed" for m in chosen)
+    print(f"\n{killed} of {len(chosen)} killed at ranks {args.ranks}; "
+          f"{time.monotonic() - t_start:.0f}s in all")
+    if bad:
+        print(f"NOT KILLED and not documented: {', '.join(bad)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
