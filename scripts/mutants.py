@@ -67,18 +67,20 @@ class Mutant:
 MUTANTS = [
     # ---- C core: point to point (csrc/p2p.c) ----
     Mutant("c-sendrecv-swap", "csrc/p2p.c",
-           "jm_Sendrecv(x->data, x->count, x->elsize, x->mpi, c->dest, c->sendtag,\n"
-           "                     y->data, y->count, y->elsize, y->mpi, c->source,",
-           "jm_Sendrecv(x->data, x->count, x->elsize, x->mpi, c->source, c->sendtag,\n"
-           "                     y->data, y->count, y->elsize, y->mpi, c->dest,",
+           "jm_Sendrecv(x->data, x->count, x->elsize, x->mpi, c->dest,\n"
+           "                       c->sendtag, y->data, y->count, y->elsize, y->mpi,\n"
+           "                       c->source,",
+           "jm_Sendrecv(x->data, x->count, x->elsize, x->mpi, c->source,\n"
+           "                       c->sendtag, y->data, y->count, y->elsize, y->mpi,\n"
+           "                       c->dest,",
            "sendrecv: source and dest swapped in the MPI call", (P2P, AD, INPL)),
     Mutant("c-exchange-swap", "csrc/p2p.c",
            "recv ? c->sources[i] : c->dests[i], recv,",
            "recv ? c->dests[i] : c->sources[i], recv,",
            "neighbor_exchange: every pair's source and dest swapped", (P2P, AD)),
     Mutant("c-exchange-check-off-by-one", "csrc/p2p.c",
-           "  for (int i = 0; i < n; i++) {\n    XLA_FFI_Error *err = check_received(",
-           "  for (int i = 0; i < n - 1; i++) {\n    XLA_FFI_Error *err = check_received(",
+           "  for (int i = 0; i < n; i++) {\n    XLA_FFI_Error *err = jm_check_received(",
+           "  for (int i = 0; i < n - 1; i++) {\n    XLA_FFI_Error *err = jm_check_received(",
            "neighbor_exchange: the last pair's received size is not checked", (P2P,)),
     Mutant("c-proc-null-no-zeros", "csrc/p2p.c",
            "    return jm_zero(c, y->data, (size_t)y->count * y->elsize);",
