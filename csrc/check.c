@@ -238,9 +238,12 @@ static void report_field(const jm_sig *all, int size, int f, char *out,
 }
 
 /* The array a rank contributes: the result for scatter (the root's input is
- * the whole table), the input otherwise; none for barrier. */
+ * the whole table), the input otherwise; none for barrier. iscatter's block
+ * is its last result (the root's results are [x, table, block], elsewhere
+ * [x, block]: request.c). */
 static const jm_buffer *payload(const jm_call *c, const jm_op_desc *desc) {
   if (desc->run == jm_run_scatter && desc->nrets > 0) return &c->ret[0];
+  if (desc->run == jm_run_iscatter && c->nrets > 1) return &c->ret[c->nrets - 1];
   if (desc->nargs > 0) return &c->arg[0];
   return NULL;
 }
