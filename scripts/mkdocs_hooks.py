@@ -83,7 +83,9 @@ def _public_names():
     return names
 
 
-_MEMBER = re.compile(r"^\s+- (\w+)\s*$", re.M)
+# A member of a ``:::`` block's members list, or an object given alone
+# (``::: jaxmpi.notoken.isend``).
+_MEMBER = re.compile(r"^(?:\s+- |::: jaxmpi(?:\.notoken)?\.)(\w+)\s*$", re.M)
 log = logging.getLogger("mkdocs.plugins.jaxmpi")
 
 

@@ -2,7 +2,9 @@
 
 Zero-copy, ordered without tokens, on every dtype JAX has. The functions here
 follow the seed documents of mpi4jax: each returns ``(result, token)``;
-``send`` and ``barrier`` return a token. ``jaxmpi.notoken`` has the same
+``send`` and ``barrier`` return a token. The non-blocking starts return
+``(request, token)`` and ``wait`` returns ``(result, token)`` (a token for
+a request of ``isend`` or ``ibarrier``). ``jaxmpi.notoken`` has the same
 operations returning bare results (mpi4jax >= 0.8; also importable as
 ``jaxmpi.experimental.notoken``, mpi4jax 0.7's path). Which to import:
 
@@ -71,8 +73,11 @@ def _token():
 
 
 def _token_returns(doc: str, name: str) -> str:
-    """``doc`` (a bare-result docstring from _api) with its Returns section
-    rewritten for the token API."""
+    """``doc`` (a bare-result docstring from _api or _nonblocking) with its
+    Returns section rewritten for the token API: ``(result, token)``,
+    ``(request, token)`` for the starts of non-blocking operations,
+    ``(results, token)`` for ``waitall``, a token alone for a result of
+    None."""
     lines = doc.splitlines()
     try:
         start = next(i for i, l in enumerate(lines) if l.strip() == "Returns:")
@@ -88,10 +93,16 @@ def _token_returns(doc: str, name: str) -> str:
                f"calls are ordered without it). ``jaxmpi.notoken.{name}``",
                "returns None."]
     else:
-        new = ["``(result, token)``. result: " + body,
+        what = ("request" if name in _nonblocking.OPERATIONS
+                else "results" if name == "waitall" else "result")
+        first = f"``({what}, token)``"
+        if name == "wait":
+            first += ("; a token alone where the result is None (requests of "
+                      "``isend`` and ``ibarrier``)")
+        new = [f"{first}. {what}: " + body,
                "token: for later calls' ``token=`` argument (optional: calls",
                f"are ordered without it). ``jaxmpi.notoken.{name}`` returns",
-               "the result alone."]
+               f"the {what} alone."]
     import textwrap
 
     wrapped = []

@@ -20,29 +20,10 @@ from . import _jax_compat as _jcore
 from . import _ops
 from . import _validate as v
 from ._nonblocking import check_no_leaks
-
-
-class _MPIConstant(int):
-    """An MPI constant that shows its name: ``recv``'s signature reads
-    ``source=MPI.ANY_SOURCE``, not ``source=-2``. It equals the constant
-    (an int) and is used as one."""
-
-    def __new__(cls, name: str):
-        self = super().__new__(cls, getattr(MPI, name))
-        self._name = f"MPI.{name}"
-        return self
-
-    def __repr__(self):
-        return self._name
-
-    __str__ = __repr__
-
-    def __reduce__(self):
-        return (_MPIConstant, (self._name[4:],))
-
-
-ANY_SOURCE = _MPIConstant("ANY_SOURCE")
-ANY_TAG = _MPIConstant("ANY_TAG")
+# ANY_SOURCE, ANY_TAG: the defaults that show their names in signatures
+# (_MPIConstant stays importable from here for constants pickled before it
+# moved to _validate).
+from ._validate import ANY_SOURCE, ANY_TAG, _MPIConstant  # noqa: F401
 
 
 def _begin(fn, comm, token):

@@ -40,6 +40,7 @@ from . import _jax_compat as _jcore
 from ._jax_compat import ShapedArray, Primitive, ad, apply_primitive, batching, mlir
 from . import _validate as v
 from ._effect import lower_with_token, mpi_effect
+from ._validate import ANY_SOURCE, ANY_TAG
 
 HANDLE = ShapedArray((), np.dtype(np.float32))
 
@@ -99,13 +100,39 @@ def _caller():
 
 
 class Request:
-    """A started non-blocking operation; pass it to ``wait`` (or
-    ``waitall``) in the function that started it.
+    """A started non-blocking operation: what a start (``isend``, ``irecv``,
+    ...) returns and ``wait`` (or ``waitall``) completes.
 
-    A JAX value: it holds the request's handle and the buffers MPI uses
-    until the wait. It is a pytree only outside transformations: inside
-    ``jit``, ``grad``, ``vmap`` or a loop it must not leave the function that
-    started it (returned, or passed into an inner ``jit`` or loop body)."""
+    A JAX value made by the starts, not by the caller. It holds the
+    request's handle (a float32 scalar) and every buffer MPI uses until the
+    wait: send buffers aliased to the inputs, receive buffers to the
+    templates, results of the start that only the Request holds, so no other
+    operation of the program can read a half-received buffer or overwrite
+    one MPI still sends from. It must be waited exactly once, in the
+    function that started it (the same ``jit``, loop body, ``cond`` branch
+    or transformation). Misuse is an error that names the op and where the
+    request was started:
+
+    * returned from a jitted function, or passed into an inner ``jit``,
+      loop body or ``cond`` branch: ``TypeError`` at trace time (a Request
+      is a pytree only outside transformations);
+    * waited twice, or waited in another function: ``RuntimeError`` at
+      trace time;
+    * never waited in a jitted function: ``RuntimeError`` when the function
+      is compiled (nothing of it runs);
+    * dropped without a wait in eager code: ``RuntimeError`` at the next
+      jaxmpi call (its MPI call stays pending and its buffers are kept
+      alive: MPI may still write them).
+
+    Example:
+        ::
+
+            req = mpx.irecv(jnp.zeros(3), 0)
+            req                  # Request(jaxmpi.irecv, in flight)
+            req.op               # 'irecv'
+            y = mpx.wait(req)
+            req                  # Request(jaxmpi.irecv, waited)
+    """
 
     __slots__ = ("_handle", "_bufs", "_spec", "_state", "__weakref__")
 
@@ -117,6 +144,7 @@ class Request:
 
     @property
     def op(self) -> str:
+        """The name of the start that made this request, e.g. ``"irecv"``."""
         return self._spec.op
 
     def __repr__(self):
@@ -662,30 +690,66 @@ def _start(name, operands, params):
 
 
 def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
-    """Start sending ``x`` to rank ``dest``: MPI_Isend.
+    """Start sending ``x`` to rank ``dest``.
+
+    MPI_Isend. The non-blocking form of ``send``: the call returns at once;
+    ``wait`` on the request completes the send.
 
     Args:
-        x: the array to send. It may be changed or donated afterwards: the
-            request sends from its own buffer (XLA copies ``x`` first where
-            ``x`` is still used; donate it to avoid the copy).
-        dest: the destination rank, or ``MPI.PROC_NULL``.
-        tag: the message tag.
-        comm: an mpi4py intracommunicator (default: jaxmpi's clone of
-            COMM_WORLD).
-        token: optional; joined to the order of jaxmpi calls.
+        x: the array to send. The request sends from its own buffer (XLA
+            copies ``x`` first where ``x`` is still used after the start;
+            donate it to avoid the copy), so ``x`` may be changed or
+            donated while the message travels.
+        dest: the receiving rank (a static int), or ``MPI.PROC_NULL`` (no
+            message is sent).
+        tag: the message tag, 0 to half of ``MPI.TAG_UB`` (the higher tags
+            carry jaxmpi's gradient messages).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
     Returns:
-        A Request; ``wait(req)`` returns None.
+        A ``Request`` holding the MPI_Isend in flight and its send buffer;
+        ``wait`` on it completes the send and has no result.
 
     Raises:
-        TypeError, ValueError: a bad argument (named), on every rank before
-        any MPI call.
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank or tag is not a static int, ``comm`` is
+            not an intracommunicator, or ``token`` is not a token.
+        ValueError: a rank or tag is out of range, or an array lives on more
+            than one device (jaxmpi needs one JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
+            are raised by ``wait``.
 
-    Example::
+    Example:
+        ``mpirun -n 2``, inside ``jax.jit``::
 
-        req = isend(x, dest=1, tag=7)
-        z = heavy_compute(w)        # runs while the message travels
-        wait(req)
+            if rank == 0:
+                req = mpx.isend(jnp.arange(3.0), 1, tag=7)
+                z = heavy_compute(w)     # runs while the message travels
+                mpx.wait(req)            # returns None
+                req, token = jaxmpi.isend(jnp.arange(3.0), 1, tag=7)  # token
+                token = jaxmpi.wait(req, token=token)   # API: a token alone
+            else:
+                y = mpx.wait(mpx.irecv(jnp.zeros(3), 0, tag=7))
+                y = mpx.recv(jnp.zeros(3), 0, tag=7)
     """
     info, tok = _begin("isend", comm, token)
     x = v.array(x, "isend")
@@ -695,27 +759,74 @@ def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
     return _start("isend", (x,), dict(comm=info, dest=dest, tag=tag))
 
 
-def irecv(x, source=MPI.ANY_SOURCE, *, tag=MPI.ANY_TAG, comm=None,
+def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
           status=None, token=None) -> Request:
-    """Start receiving an array of ``x``'s shape and dtype: MPI_Irecv.
+    """Start receiving an array of ``x``'s shape and dtype from rank
+    ``source``.
+
+    MPI_Irecv. The non-blocking form of ``recv``: ``wait`` on the request
+    returns the message. A message of another size is an error at the
+    wait, not a truncation.
 
     Args:
-        x: a template; its data is not used.
-        source: the source rank, ``MPI.ANY_SOURCE`` or ``MPI.PROC_NULL``
-            (the result is then zeros).
-        tag: the tag, or ``MPI.ANY_TAG``.
-        comm, token: as for ``isend``.
-        status: an ``MPI.Status`` filled in when the wait completes.
+        x: a template: the result's shape and dtype (its data is not used).
+        source: the sending rank (a static int), ``MPI.ANY_SOURCE``
+            (default), or ``MPI.PROC_NULL`` (no message; the result is
+            zeros).
+        tag: the tag to match, or ``MPI.ANY_TAG`` (default).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        status: an ``MPI.Status`` filled in when the wait completes
+            (source, tag, count), or None.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
     Returns:
-        A Request; ``wait(req)`` returns the received array. A message of
-        another size is an error at the wait.
+        A ``Request`` holding the MPI_Irecv in flight and its receive
+        buffer; ``wait`` on it returns the received array, of ``x``'s shape
+        and dtype.
 
-    Example::
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank or tag is not a static int, ``comm`` is
+            not an intracommunicator, ``status`` is not an ``MPI.Status``,
+            or ``token`` is not a token.
+        ValueError: a rank or tag is out of range, or an array lives on more
+            than one device (jaxmpi needs one JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating a receive from
+            ``MPI.ANY_SOURCE`` or with ``MPI.ANY_TAG`` (see
+            docs/autodiff.md).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
+            are raised by ``wait``.
 
-        req = irecv(jnp.zeros(n), source=0, tag=7)
-        z = heavy_compute(w)
-        y = wait(req)
+    Example:
+        ``mpirun -n 2``, inside ``jax.jit``::
+
+            if rank == 1:
+                req = mpx.irecv(jnp.zeros(3), 0, tag=7)
+                z = heavy_compute(w)     # runs while the message travels
+                y = mpx.wait(req)        # rank 0's array
+                req, token = jaxmpi.irecv(jnp.zeros(3), 0, tag=7)  # token API
+                y, token = jaxmpi.wait(req, token=token)
+            else:
+                mpx.wait(mpx.isend(jnp.arange(3.0), 1, tag=7))
+                mpx.send(jnp.arange(3.0), 1, tag=7)
     """
     info, tok = _begin("irecv", comm, token)
     x = v.array(x, "irecv")
@@ -729,20 +840,75 @@ def irecv(x, source=MPI.ANY_SOURCE, *, tag=MPI.ANY_TAG, comm=None,
 
 
 def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
-              recvtag=MPI.ANY_TAG, comm=None, status=None,
+              recvtag=ANY_TAG, comm=None, status=None,
               token=None) -> Request:
     """Start sending ``sendbuf`` to ``dest`` and receiving an array of
-    ``recvbuf``'s shape and dtype from ``source`` (MPI_Irecv + MPI_Isend,
-    completed together by the wait).
+    ``recvbuf``'s shape and dtype from ``source``.
 
-    Args: as ``jaxmpi.sendrecv``. Returns: a Request; ``wait(req)`` returns
-    the received array.
+    MPI_Irecv and MPI_Isend, completed together by ``wait``. The
+    non-blocking form of ``sendrecv`` (deadlock-free in the same way: the
+    receive is posted first).
 
-    Example::
+    Args:
+        sendbuf: the array to send. The request sends from its own buffer
+            (XLA copies it first where it is still used after the start).
+        recvbuf: a template: the result's shape and dtype (its data is not
+            used).
+        source: the rank to receive from (a static int), ``MPI.ANY_SOURCE``
+            or ``MPI.PROC_NULL`` (the result is zeros).
+        dest: the rank to send to (a static int) or ``MPI.PROC_NULL``.
+        sendtag: the tag of the message sent.
+        recvtag: the tag to match, or ``MPI.ANY_TAG`` (default).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        status: an ``MPI.Status`` filled in when the wait completes, or
+            None.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
-        req = isendrecv(edge, jnp.zeros_like(edge), source=left, dest=right)
-        interior = update(interior)
-        halo = wait(req)
+    Returns:
+        A ``Request`` holding the receive and the send in flight and their
+        buffers; ``wait`` on it returns the received array, of
+        ``recvbuf``'s shape and dtype.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank or tag is not a static int, ``comm`` is
+            not an intracommunicator, ``status`` is not an ``MPI.Status``,
+            or ``token`` is not a token.
+        ValueError: a rank or tag is out of range, or an array lives on more
+            than one device (jaxmpi needs one JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating a receive from
+            ``MPI.ANY_SOURCE`` (see docs/autodiff.md).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
+            are raised by ``wait``.
+
+    Example:
+        Shift right around a ring while the interior is updated::
+
+            right, left = (rank + 1) % size, (rank - 1) % size
+            req = mpx.isendrecv(edge, jnp.zeros_like(edge), source=left,
+                                dest=right)
+            interior = update(interior)          # while the halo travels
+            halo = mpx.wait(req)                 # left's edge
+            req, token = jaxmpi.isendrecv(edge, edge, left, right)  # token API
+            halo, token = jaxmpi.wait(req, token=token)
     """
     fn = "isendrecv"
     info, tok = _begin(fn, comm, token)
@@ -762,19 +928,75 @@ def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
 
 def iallreduce(x, op, *, comm=None, token=None,
                adjoint="replicated") -> Request:
-    """Start reducing ``x`` over all ranks with ``op``: MPI_Iallreduce.
+    """Start reducing ``x`` over all ranks with ``op``; every rank gets
+    the result.
 
-    Args: as ``jaxmpi.allreduce`` (derivatives: MPI.SUM only).
+    MPI_Iallreduce. The non-blocking form of ``allreduce``; it matches only
+    ``iallreduce`` on the other ranks (MPI never matches MPI_Iallreduce
+    with MPI_Allreduce).
+
+    Args:
+        x: the array to reduce (a JAX or NumPy array, or a scalar), the same
+            shape and dtype on every rank. Reduced in place in the
+            request's buffer (XLA copies ``x`` first where it is still used
+            after the start).
+        op: an mpi4py reduction op: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX``,
+            ``MPI.MIN``, the logical and bitwise ops for integers and bool,
+            or a user-defined ``MPI.Op``. Derivatives: ``MPI.SUM`` only.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+        adjoint: how reverse-mode AD treats the replicated result, as for
+            ``allreduce``: ``"replicated"`` (default) counts its cotangent
+            once, so the transpose is the identity; ``"sum"`` is the exact
+            adjoint (an allreduce of the cotangents, as a backward request).
+            See docs/autodiff.md.
 
     Returns:
-        A Request; ``wait(req)`` returns the reduction (``x``'s shape and
-        dtype) on every rank.
+        A ``Request`` holding the MPI_Iallreduce in flight and its buffer;
+        ``wait`` on it returns an array of ``x``'s shape and dtype: ``op``
+        over every rank's ``x``.
 
-    Example::
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), ``op`` is not defined for the dtype, ``comm``
+            is not an intracommunicator, or ``token`` is not a token.
+        ValueError: an array lives on more than one device (jaxmpi needs one
+            JAX device per process).
+        ValueError: ``adjoint`` is not ``"replicated"`` or ``"sum"``.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating with an ``op`` other than
+            ``MPI.SUM``.
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
 
-        req = iallreduce(grads, op=MPI.SUM)
-        loss = more_compute(params)
-        total = wait(req)
+    Example:
+        Overlap a gradient sum with other work, inside ``jax.jit``::
+
+            req = mpx.iallreduce(grads, MPI.SUM)
+            loss = more_compute(params)          # while the sum travels
+            total = mpx.wait(req)                # the sum over all ranks
+            req, token = jaxmpi.iallreduce(grads, MPI.SUM)   # token API
+            total, token = jaxmpi.wait(req, token=token)
     """
     if adjoint not in ("replicated", "sum"):
         raise ValueError(
@@ -788,17 +1010,60 @@ def iallreduce(x, op, *, comm=None, token=None,
 
 
 def ibcast(x, root, *, comm=None, token=None) -> Request:
-    """Start broadcasting the root's ``x``: MPI_Ibcast.
+    """Start broadcasting the root's ``x`` to every rank.
 
-    Args: as ``jaxmpi.bcast`` (off the root ``x`` is a template).
+    MPI_Ibcast. The non-blocking form of ``bcast``; it matches only
+    ``ibcast`` on the other ranks.
+
+    Args:
+        x: on ``root``, the array to send; on other ranks, a template that
+            gives the result's shape and dtype (its data is not used).
+        root: the rank whose ``x`` is sent (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
     Returns:
-        A Request; ``wait(req)`` returns the root's ``x`` on every rank.
+        A ``Request`` holding the MPI_Ibcast in flight and its buffer;
+        ``wait`` on it returns the root's ``x`` on every rank.
 
-    Example::
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a root is not a static int, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a root is out of range, or an array lives on more than one
+            device (jaxmpi needs one JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
 
-        req = ibcast(params, root=0)
-        y = wait(req)
+    Example:
+        Give every rank rank 0's parameters while computing::
+
+            req = mpx.ibcast(params, 0)
+            z = compute(w)
+            params = mpx.wait(req)
+            req, token = jaxmpi.ibcast(params, 0)    # token API
+            params, token = jaxmpi.wait(req, token=token)
     """
     info, tok = _begin("ibcast", comm, token)
     x = v.array(x, "ibcast")
@@ -808,14 +1073,52 @@ def ibcast(x, root, *, comm=None, token=None) -> Request:
 
 
 def ibarrier(*, comm=None, token=None) -> Request:
-    """Start a barrier: MPI_Ibarrier. ``wait(req)`` returns None once every
-    rank of ``comm`` has started it.
+    """Start a barrier: its wait returns once every rank of ``comm`` has
+    started it.
 
-    Example::
+    MPI_Ibarrier. The non-blocking form of ``barrier``; it matches only
+    ``ibarrier`` on the other ranks.
 
-        req = ibarrier()
-        z = compute(w)
-        wait(req)
+    Args:
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Ibarrier in flight; ``wait`` on it
+        returns once every rank of ``comm`` has started the barrier, with
+        no result.
+
+    Raises:
+        TypeError: ``comm`` is not an intracommunicator, or ``token`` is
+            not a token.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank and MPI's message); with
+            ``JAXMPI_CHECK``, ranks making different calls
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``).
+
+    Example:
+        ::
+
+            req = mpx.ibarrier()
+            z = compute(w)
+            mpx.wait(req)                        # returns None
+            req, token = jaxmpi.ibarrier()       # token API
+            token = jaxmpi.wait(req, token=token)
     """
     info, tok = _begin("ibarrier", comm, token)
     _ops_join(tok)
@@ -830,19 +1133,65 @@ def _reduction_start(fn, x, op, comm, token):
 
 
 def ireduce(x, op, root, *, comm=None, token=None) -> Request:
-    """Start reducing ``x`` with ``op`` onto ``root``: MPI_Ireduce.
+    """Start reducing ``x`` over all ranks with ``op`` onto ``root``.
 
-    Args: as ``jaxmpi.reduce`` (derivatives: MPI.SUM only).
+    MPI_Ireduce. The non-blocking form of ``reduce``; it matches only
+    ``ireduce`` on the other ranks.
+
+    Args:
+        x: the array to reduce, the same shape and dtype on every rank.
+        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
+            ``allreduce``. Derivatives: ``MPI.SUM`` only.
+        root: the rank that gets the result (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
     Returns:
-        A Request; ``wait(req)`` returns the reduction on the root and ``x``
-        elsewhere.
+        A ``Request`` holding the MPI_Ireduce in flight and its buffer;
+        ``wait`` on it returns, on ``root``, the reduced array (``x``'s
+        shape and dtype) and, on other ranks, ``x`` unchanged.
 
-    Example::
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a root is not a static int, ``op`` is not
+            defined for the dtype, ``comm`` is not an intracommunicator, or
+            ``token`` is not a token.
+        ValueError: a root is out of range, or an array lives on more than one
+            device (jaxmpi needs one JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating with an ``op`` other than
+            ``MPI.SUM``.
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
 
-        req = ireduce(x, MPI.SUM, root=0)
-        z = compute(w)
-        y = wait(req)
+    Example:
+        ``mpirun -n 4``::
+
+            req = mpx.ireduce(jnp.ones(3) * rank, MPI.SUM, 0)
+            z = compute(w)
+            y = mpx.wait(req)                    # rank 0: [6. 6. 6.]
+            req, token = jaxmpi.ireduce(x, MPI.MAX, 0)   # token API
+            y, token = jaxmpi.wait(req, token=token)
     """
     info, tok, x, opinfo = _reduction_start("ireduce", x, op, comm, token)
     root = v.rank_arg(root, "ireduce", "root", info)
@@ -851,14 +1200,62 @@ def ireduce(x, op, root, *, comm=None, token=None) -> Request:
 
 
 def iscan(x, op, *, comm=None, token=None) -> Request:
-    """Start an inclusive prefix reduction: MPI_Iscan.
+    """Start an inclusive prefix reduction: rank r gets ``op`` over
+    ranks 0..r.
 
-    Args: as ``jaxmpi.scan``. Returns: a Request; ``wait(req)`` returns
-    ``op`` over ranks 0..r on rank r.
+    MPI_Iscan. The non-blocking form of ``scan``; it matches only ``iscan``
+    on the other ranks.
 
-    Example::
+    Args:
+        x: the array to reduce, the same shape and dtype on every rank.
+        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
+            ``allreduce``. Derivatives: ``MPI.SUM`` only.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
-        y = wait(iscan(x, MPI.SUM))
+    Returns:
+        A ``Request`` holding the MPI_Iscan in flight and its buffer;
+        ``wait`` on it returns an array of ``x``'s shape and dtype: ``op``
+        over the ``x`` of ranks 0 to this rank.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), ``op`` is not defined for the dtype, ``comm``
+            is not an intracommunicator, or ``token`` is not a token.
+        ValueError: an array lives on more than one device (jaxmpi needs one
+            JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating with an ``op`` other than
+            ``MPI.SUM``.
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 4``::
+
+            y = mpx.wait(mpx.iscan(jnp.ones(2), MPI.SUM))  # rank r: [r+1, r+1]
+            req, token = jaxmpi.iscan(x, MPI.SUM)           # token API
+            y, token = jaxmpi.wait(req, token=token)
     """
     info, tok, x, opinfo = _reduction_start("iscan", x, op, comm, token)
     _ops_join(tok)
@@ -866,14 +1263,64 @@ def iscan(x, op, *, comm=None, token=None) -> Request:
 
 
 def igather(x, root, *, comm=None, token=None) -> Request:
-    """Start gathering every rank's ``x`` on the root: MPI_Igather.
+    """Start gathering every rank's ``x`` on the root, stacked along a new
+    axis 0.
 
-    Args: as ``jaxmpi.gather``. Returns: a Request; ``wait(req)`` returns
-    shape ``(size, *x.shape)`` on the root and ``x`` elsewhere.
+    MPI_Igather. The non-blocking form of ``gather``; it matches only
+    ``igather`` on the other ranks.
 
-    Example::
+    Args:
+        x: this rank's array, the same shape and dtype on every rank (at
+            most ``JAXMPI_MAX_COUNT``, default ``INT_MAX``, elements).
+        root: the rank that gets the result (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
-        y = wait(igather(x, root=0))
+    Returns:
+        A ``Request`` holding the MPI_Igather in flight and its buffers;
+        ``wait`` on it returns, on ``root``, an array of shape
+        ``(size, *x.shape)`` whose row ``r`` is rank r's ``x`` and, on
+        other ranks, ``x`` unchanged.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a root is not a static int, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a root is out of range, or an array lives on more than one
+            device (jaxmpi needs one JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: under ``vmap`` (not supported yet: use the
+            blocking operation, or a loop).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 3``::
+
+            y = mpx.wait(mpx.igather(jnp.full(2, rank), 0))
+            # rank 0: [[0 0] [1 1] [2 2]]
+            req, token = jaxmpi.igather(x, 0)        # token API
+            y, token = jaxmpi.wait(req, token=token)
     """
     info, tok = _begin("igather", comm, token)
     x = v.array(x, "igather")
@@ -883,14 +1330,65 @@ def igather(x, root, *, comm=None, token=None) -> Request:
 
 
 def iscatter(x, root, *, comm=None, token=None) -> Request:
-    """Start scattering the root's ``x[r]`` to rank r: MPI_Iscatter.
+    """Start scattering the root's ``x[r]`` to rank r.
 
-    Args: as ``jaxmpi.scatter`` (off the root ``x`` is a template of the
-    result). Returns: a Request; ``wait(req)`` returns the rank's block.
+    MPI_Iscatter. The non-blocking form of ``scatter``; it matches only
+    ``iscatter`` on the other ranks.
 
-    Example::
+    Args:
+        x: on ``root``, an array of shape ``(size, ...)``; on other ranks, a
+            template of the result's shape ``x.shape[1:]`` and dtype (its
+            data is not used). At most ``JAXMPI_MAX_COUNT`` (default
+            ``INT_MAX``) elements per block.
+        root: the rank whose ``x`` is scattered (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
-        y = wait(iscatter(blocks if rank == 0 else template, root=0))
+    Returns:
+        A ``Request`` holding the MPI_Iscatter in flight and its buffers;
+        ``wait`` on it returns, on every rank r, the root's ``x[r]``.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a root is not a static int, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a root is out of range, or an array lives on more than one
+            device (jaxmpi needs one JAX device per process).
+        ValueError: on the root, ``x.shape[0]`` is not the communicator's
+            size.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: under ``vmap`` (not supported yet: use the
+            blocking operation, or a loop).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 3``::
+
+            x = jnp.arange(6.0).reshape(3, 2) if rank == 0 else jnp.zeros(2)
+            y = mpx.wait(mpx.iscatter(x, 0))     # rank r: [2r, 2r + 1]
+            req, token = jaxmpi.iscatter(x, 0)   # token API
+            y, token = jaxmpi.wait(req, token=token)
     """
     info, tok = _begin("iscatter", comm, token)
     x = v.array(x, "iscatter")
@@ -902,13 +1400,62 @@ def iscatter(x, root, *, comm=None, token=None) -> Request:
 
 
 def iallgather(x, *, comm=None, token=None) -> Request:
-    """Start gathering every rank's ``x`` on every rank: MPI_Iallgather.
+    """Start gathering every rank's ``x`` on every rank.
 
-    Returns: a Request; ``wait(req)`` returns shape ``(size, *x.shape)``.
+    MPI_Iallgather. The non-blocking form of ``allgather``; it matches only
+    ``iallgather`` on the other ranks.
 
-    Example::
+    Args:
+        x: this rank's array, the same shape and dtype on every rank (at
+            most ``JAXMPI_MAX_COUNT``, default ``INT_MAX``, elements).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
-        y = wait(iallgather(x))
+    Returns:
+        A ``Request`` holding the MPI_Iallgather in flight and its
+        buffers; ``wait`` on it returns an array of shape
+        ``(size, *x.shape)`` whose row ``r`` is rank r's ``x``, on every
+        rank.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), ``comm`` is not an intracommunicator, or
+            ``token`` is not a token.
+        ValueError: an array lives on more than one device (jaxmpi needs one
+            JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: under ``vmap`` (not supported yet: use the
+            blocking operation, or a loop).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 3``::
+
+            y = mpx.wait(mpx.iallgather(jnp.full(2, rank)))
+            # [[0 0] [1 1] [2 2]] on every rank
+            req, token = jaxmpi.iallgather(x)    # token API
+            y, token = jaxmpi.wait(req, token=token)
     """
     info, tok = _begin("iallgather", comm, token)
     x = v.array(x, "iallgather")
@@ -917,13 +1464,64 @@ def iallgather(x, *, comm=None, token=None) -> Request:
 
 
 def ialltoall(x, *, comm=None, token=None) -> Request:
-    """Start an all-to-all exchange: MPI_Ialltoall. ``x.shape[0]`` must
-    equal the communicator size; rank i's ``x[j]`` lands in rank j's
-    ``result[i]``.
+    """Start an all-to-all exchange: rank i sends ``x[j]`` to rank j and
+    receives rank j's ``x[i]`` into ``result[j]``.
 
-    Example::
+    MPI_Ialltoall. The non-blocking form of ``alltoall``; it matches only
+    ``ialltoall`` on the other ranks.
 
-        y = wait(ialltoall(x))
+    Args:
+        x: an array of shape ``(size, ...)``, the same shape and dtype on
+            every rank (at most ``JAXMPI_MAX_COUNT``, default ``INT_MAX``,
+            elements per block).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Ialltoall in flight and its buffers;
+        ``wait`` on it returns an array of ``x``'s shape and dtype whose
+        row ``j`` is rank j's ``x[i]`` (i: this rank).
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), ``comm`` is not an intracommunicator, or
+            ``token`` is not a token.
+        ValueError: an array lives on more than one device (jaxmpi needs one
+            JAX device per process).
+        ValueError: ``x.shape[0]`` is not the communicator's size.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: under ``vmap`` (not supported yet: use the
+            blocking operation, or a loop).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 2`` (a transpose across ranks)::
+
+            x = jnp.array([10 * rank, 10 * rank + 1])
+            y = mpx.wait(mpx.ialltoall(x))   # rank 0: [0 10], rank 1: [1 11]
+            req, token = jaxmpi.ialltoall(x) # token API
+            y, token = jaxmpi.wait(req, token=token)
     """
     info, tok = _begin("ialltoall", comm, token)
     x = v.array(x, "ialltoall")
@@ -937,19 +1535,77 @@ MAX_EXCHANGE_PAIRS = 15  # 1 + 2 * 15 buffers: the core's limit per call
 
 def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
                        comm=None, token=None) -> Request:
-    """Start many sendrecvs at once, as ``jaxmpi.neighbor_exchange``: pair
-    ``i`` sends ``sendbufs[i]`` to ``dests[i]`` and receives an array of
-    ``recvbufs[i]``'s shape and dtype from ``sources[i]``, with tag
-    ``tag + i``. At most 15 pairs.
+    """Start many sendrecvs at once: pair ``i`` sends ``sendbufs[i]`` to
+    ``dests[i]`` and receives an array of ``recvbufs[i]``'s shape and
+    dtype from ``sources[i]``, both with tag ``tag + i``.
 
-    Returns: a Request; ``wait(req)`` returns the tuple of received arrays.
+    MPI_Irecv and MPI_Isend for every pair, completed together by
+    ``wait``. The non-blocking form of ``neighbor_exchange``: a rank's pair
+    ``i`` matches pair ``i`` of its peers.
 
-    Example::
+    Args:
+        sendbufs: a list or tuple of arrays to send (1 to 15 pairs). The
+            request sends from its own buffers (XLA copies an array first
+            where it is still used after the start).
+        recvbufs: a list or tuple of templates, one per pair (their data is
+            not used).
+        sources: the rank each pair receives from (static ints), or
+            ``MPI.PROC_NULL`` (that result is zeros).
+        dests: the rank each pair sends to (static ints), or
+            ``MPI.PROC_NULL``.
+        tag: pair ``i`` uses tag ``tag + i``.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
-        req = ineighbor_exchange([edge_l, edge_r], [t, t], [left, right],
-                                 [left, right])
-        interior = update(interior)      # while the halos travel
-        halo_l, halo_r = wait(req)
+    Returns:
+        A ``Request`` holding every pair's receive and send in flight and
+        their buffers; ``wait`` on it returns a tuple of the received
+        arrays, one per pair.
+
+    Raises:
+        TypeError: ``sendbufs``, ``recvbufs``, ``sources`` or ``dests`` is
+            not a list or tuple, an array argument is not one array of a
+            supported dtype (a list, tuple, dict, a ``(result, token)`` pair
+            or a token is named as such), a rank or tag is not a static int,
+            ``comm`` is not an intracommunicator, or ``token`` is not a
+            token.
+        ValueError: a rank or tag is out of range, or an array lives on more
+            than one device (jaxmpi needs one JAX device per process).
+        ValueError: the four sequences differ in length, or hold no pair
+            or more than 15 pairs.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
+            are raised by ``wait``.
+
+    Example:
+        A 1-D halo exchange in both directions, overlapping the interior
+        update::
+
+            left, right = (rank - 1) % size, (rank + 1) % size
+            req = mpx.ineighbor_exchange(
+                [u[-1:], u[:1]], [u[:1], u[-1:]],
+                sources=[left, right], dests=[right, left])
+            interior = update(u)                 # while the halos travel
+            from_left, from_right = mpx.wait(req)
+            req, token = jaxmpi.ineighbor_exchange(      # token API
+                [u[-1:], u[:1]], [u[:1], u[-1:]], [left, right], [right, left])
+            (from_left, from_right), token = jaxmpi.wait(req, token=token)
     """
     fn = "ineighbor_exchange"
     info, tok = _begin(fn, comm, token)
@@ -991,27 +1647,51 @@ def _ops_join(tok):
 
 
 def wait(request, *, token=None):
-    """Complete a request: MPI_Wait(all) of its MPI requests.
+    """Complete a request: wait until its MPI requests are done and
+    return the operation's result.
+
+    The counterpart of MPI_Wait. Inside ``jit`` the wait is an asynchronous
+    XLA FFI handler: while the request is not complete, XLA:CPU may run
+    other work that does not depend on it (with less than
+    ``MPI_THREAD_MULTIPLE`` or ``JAXMPI_ASYNC_WAIT=0`` the wait blocks in
+    its handler instead; see docs/nonblocking.md).
 
     Args:
-        request: a Request from ``isend``, ``irecv``, ... started in this
-            function (the same ``jit``, loop body or transformation), not yet
-            waited.
-        token: optional; joined to the order of jaxmpi calls.
+        request: a ``Request`` from one of the starts (``isend``,
+            ``irecv``, ...), started in this function (the same ``jit``,
+            loop body, ``cond`` branch or transformation) and not yet
+            waited. Each request is waited exactly once.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
 
     Returns:
-        The blocking operation's result (None for ``isend`` and
-        ``ibarrier``).
+        The result of the request's operation, as its blocking form
+        returns it: an array, a tuple of arrays for ``ineighbor_exchange``,
+        or None for ``isend`` and ``ibarrier``.
 
     Raises:
-        TypeError: not a Request; RuntimeError: waited twice, or started in
-        another function.
+        TypeError: ``request`` is not a ``Request``, or ``token`` is not a
+            token.
+        RuntimeError: at trace time (nothing of the function runs):
+            ``request`` was already waited, or was started in another
+            function (another ``jit``, loop body, ``cond`` branch or
+            transformation).
+        jax.errors.JaxRuntimeError: when the wait runs: an MPI error
+            completing the request (naming the op, the rank, the peer and
+            MPI's message); a received message whose size differs from its
+            template's (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a request not complete in time
+            (``DEADLINE_EXCEEDED``; its receives are cancelled).
 
-    Example::
+    Example:
+        Inside ``jax.jit``::
 
-        req = irecv(template, source=1, tag=7)
-        z = compute(w)
-        y = wait(req)
+            req = mpx.irecv(template, source=1, tag=7)
+            z = compute(w)                  # while the message travels
+            y = mpx.wait(req)
+            req, token = jaxmpi.irecv(template, 1, tag=7)   # token API
+            y, token = jaxmpi.wait(req, token=token)
     """
     if not isinstance(request, Request):
         raise TypeError(f"wait: request must be a jaxmpi Request, got "
@@ -1038,13 +1718,39 @@ def wait(request, *, token=None):
 
 
 def waitall(requests, *, token=None):
-    """Complete several requests, in order; returns the list of their
-    results (None for ``isend``/``ibarrier``).
+    """Complete several requests, in the order given, and return their
+    results.
 
-    Example::
+    The same as calling ``wait`` on each request in turn.
 
-        reqs = [irecv(t, left), isend(x, right)]
-        y, _ = waitall(reqs)
+    Args:
+        requests: a list or tuple of ``Request`` objects, each started in
+            this function and not yet waited, none of them twice.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A list of the requests' results, in their order, each as ``wait``
+        returns it (None for ``isend`` and ``ibarrier``).
+
+    Raises:
+        TypeError: ``requests`` is not a list or tuple, one of its items
+            (named by index) is not a ``Request``, or ``token`` is not a
+            token.
+        RuntimeError: at trace time (nothing of the function runs): the
+            same request appears twice, or one was already waited or
+            started in another function (as for ``wait``).
+        jax.errors.JaxRuntimeError: when the waits run, as for ``wait``.
+
+    Example:
+        A ring shift, inside ``jax.jit``::
+
+            reqs = [mpx.irecv(t, left), mpx.isend(x, right)]
+            y, _ = mpx.waitall(reqs)             # [left's x, None]
+            r1, token = jaxmpi.irecv(t, left)    # token API
+            r2, token = jaxmpi.isend(x, right, token=token)
+            (y, _), token = jaxmpi.waitall([r1, r2], token=token)
     """
     if not isinstance(requests, (list, tuple)):
         raise TypeError(f"waitall: requests must be a list or tuple of "

@@ -16,6 +16,29 @@ from . import _jax_compat as _jcore
 from ._effect import abstract_token
 
 
+class _MPIConstant(int):
+    """An MPI constant that shows its name: ``recv``'s and ``irecv``'s
+    signatures read ``source=MPI.ANY_SOURCE``, not ``source=-2``. It equals
+    the constant (an int) and is used as one."""
+
+    def __new__(cls, name: str):
+        self = super().__new__(cls, getattr(MPI, name))
+        self._name = f"MPI.{name}"
+        return self
+
+    def __repr__(self):
+        return self._name
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return (_MPIConstant, (self._name[4:],))
+
+
+ANY_SOURCE = _MPIConstant("ANY_SOURCE")
+ANY_TAG = _MPIConstant("ANY_TAG")
+
+
 @dataclass(frozen=True)
 class CommInfo:
     """A communicator as primitives see it (hashable, static)."""
