@@ -222,6 +222,40 @@ class Result:
                 f"--- stdout\n{self.stdout[-6000:]}\n--- stderr\n{self.stderr[-6000:]}")
 
 
+class Launch:
+    """A launcher started by Cluster.start."""
+
+    def __init__(self, cluster, proc, argv, before, t0):
+        self.cluster, self.proc, self.argv, self.before, self.t0 = cluster, proc, argv, before, t0
+
+    def wait(self, timeout: float = 600) -> Result:
+        """Wait for the launcher to end (at most timeout seconds, then stop
+        it: Result.timed_out) and sweep what is left in the hosts."""
+        c, proc = self.cluster, self.proc
+        timed_out = False
+        remaining = max(0.0, timeout - (time.monotonic() - self.t0))
+        try:
+            out, err = proc.communicate(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            out, err = c._stop(proc)
+        except BaseException:
+            c._stop(proc)
+            raise
+        seconds = time.monotonic() - self.t0
+        ended = time.monotonic()
+        after = c.counters()
+        # Nothing of this launch may outlive it (a rank left in a host would
+        # poll a core and hold its ports for the next launch).
+        left = {h.index: _netns_pids(h.ns) for h in c.hosts}
+        for h in c.hosts:
+            _kill_netns_processes(h.ns)
+        res = Result(proc.returncode, out, err, seconds, timed_out, self.argv, self.before, after)
+        res.ended = ended
+        res.left_behind = {i: p for i, p in left.items() if p}
+        return res
+
+
 class Cluster:
     """N simulated hosts (see the module docstring). A context manager:
     up on entry, down on exit whatever happens."""
@@ -434,6 +468,13 @@ exec env -i {env} ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; eval "
         all) with the launcher started in host 1. A first word "python" is
         the MPI's venv interpreter. Returns the launcher's outcome and the
         eth0 byte counts of every host before and after."""
+        return self.start(argv, mpi, ranks_per_host, env, cwd, nranks).wait(timeout)
+
+    def start(self, argv: list[str], mpi: Mpi, ranks_per_host: int = 1,
+              env: dict | None = None, cwd: str | None = None,
+              nranks: int | None = None) -> Launch:
+        """launch() without waiting: returns a Launch, whose wait() gives
+        the Result (for faults injected while the job runs)."""
         if ranks_per_host < 1:
             raise ValueError(f"ranks_per_host must be at least 1, got {ranks_per_host}")
         argv = [mpi.python if a == "python" and i == 0 else a for i, a in enumerate(argv)]
@@ -450,25 +491,9 @@ exec env -i {env} ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; eval "
         penv.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         penv.update(rank_env)
         before = self.counters()
-        t0 = time.monotonic()
         proc = subprocess.Popen(full, cwd=cwd, env=penv, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            out, err = self._stop(proc)
-        except BaseException:
-            self._stop(proc)
-            raise
-        seconds = time.monotonic() - t0
-        after = self.counters()
-        # Nothing of this launch may outlive it (a rank left in a host would
-        # poll a core and hold its ports for the next launch).
-        for h in self.hosts:
-            _kill_netns_processes(h.ns)
-        return Result(proc.returncode, out, err, seconds, timed_out, full, before, after)
+        return Launch(self, proc, full, before, time.monotonic())
 
     def _stop(self, proc):
         """End a launch: SIGTERM to its process group (the launcher then
