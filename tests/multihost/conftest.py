@@ -86,7 +86,7 @@ def cluster():
 
     yield make
     errors = []
-    for c in made:
+    for c in reversed(made):  # each restores the signal handlers it found
         try:
             c.__exit__(None, None, None)
         except multihost.HarnessError as e:
