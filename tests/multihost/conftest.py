@@ -23,15 +23,8 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-
-import multihost  # noqa: E402
-
-# What every rank gets (the ./run settings).
-RANK_ENV = {"JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-            "PYTHONUNBUFFERED": "1"}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hostsetup import RANK_ENV, ROOT, multihost  # noqa: E402
 
 _REASON = multihost.can_run()
 

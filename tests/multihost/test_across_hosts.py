@@ -27,6 +27,7 @@ import re
 
 import numpy as np
 import pytest
+from hostsetup import RANK_ENV
 
 # Launched across hosts: the op and autodiff suites of tests/mpi.
 SUITE = ["tests/mpi/test_collectives.py", "tests/mpi/test_p2p.py", "tests/mpi/test_autodiff.py"]
@@ -112,7 +113,6 @@ def shallow_water(c, mpi, per_host, out, env):
 
 @pytest.mark.parametrize("per_host", [1, 2])
 def test_shallow_water_across_two_hosts_equals_one_host(cluster, mpi, per_host, tmp_path):
-    from conftest import RANK_ENV
     n = 2 * per_host
     one = cluster(1)
     _, here = shallow_water(one, mpi, n, str(tmp_path / "one.npz"), RANK_ENV)

@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from conftest import RANK_ENV
+from hostsetup import RANK_ENV
 
 WAIT_READY = 180  # s for both ranks to start and compile (a loaded machine)
 BOUND = 60  # s from the fault to the end of the job

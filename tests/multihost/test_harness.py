@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, multihost
+from hostsetup import ROOT, multihost
 
 SCRIPT = os.path.join(ROOT, "scripts", "multihost.py")
 
