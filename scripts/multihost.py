@@ -457,12 +457,8 @@ exec env -i {env} ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; eval "
         ranks, ranks_per_host on each host in turn, over TCP on eth0
         between hosts."""
         if mpi.kind == "mpich":
-            # hydra forwards its whole environment (-genvall is the default).
-            # The PyPI wheel's default netmod is UCX, which decides by itself
-            # that every process on one kernel is local and would use shared
-            # memory between the namespaces: restrict UCX to TCP on eth0.
-            # Ranks on the same host still use ch4's own shared memory
-            # (hydra's node map says they are local).
+            # hydra forwards its whole environment (-genvall is the default);
+            # the netmod's settings come in env (mpich_network_env).
             argv = [mpi.launcher, "-n", str(nranks), "-hosts", self.hostlist(ranks_per_host),
                     "-launcher", "rsh", "-launcher-exec", self.rsh, "-iface", "eth0"]
             for k, v in env.items():
