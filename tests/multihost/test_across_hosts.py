@@ -1,0 +1,138 @@
+"""jaxmpi with ranks on several (simulated) hosts, over TCP on eth0.
+
+Each host is a network namespace with its own hostname (scripts/
+multihost.py); one launcher daemon runs per host, so the MPI sees them as
+distinct nodes: Open MPI uses vader within a host and tcp between hosts;
+MPICH uses ch4's shared memory within a host and, between hosts, OFI's tcp
+provider on eth0 (the suites) or UCX restricted to tcp on eth0 (the probe
+too; unrestricted, UCX finds every process on one kernel "local" and uses
+shared memory across the namespaces: 18 KB on eth0 for an 8 MB allreduce
+job, measured; and MPICH 5.0.2's UCX netmod hangs in loops of
+MPI_ANY_SOURCE receives, which test_p2p.py makes: docs/cluster.md). The byte counters of every host's eth0
+prove that the traffic crossed the links:
+
+  * the probe (probe.py) moves a known volume and every host must send and
+    receive at least that lower bound;
+  * the op and autodiff suites (tests/mpi) must pass unchanged and move at
+    least SUITE_FLOOR bytes each way on every host's eth0 (they moved about
+    10 MB each way at 2 hosts x 1 rank; a job that only starts and ends
+    moves about 20 KB: the launcher's and MPI_Init's control traffic);
+  * the shallow-water model gives bitwise the state of the same rank count
+    on one host, and its halo exchanges cross the links.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from hostsetup import RANK_ENV
+
+# Launched across hosts: the op and autodiff suites of tests/mpi.
+SUITE = ["tests/mpi/test_collectives.py", "tests/mpi/test_p2p.py", "tests/mpi/test_autodiff.py"]
+SUITE_FLOOR = 1 << 20  # bytes each way on every host's eth0
+PYTEST = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--color=no",
+          "--timeout-method=thread", "--timeout=300"]
+# (hosts, ranks per host); JAXMPI_MULTIHOST_LAYOUTS="2x1,2x2,3x1" (the
+# default) chooses the op/autodiff suite's: each launch of the three files
+# took 2.5-13 min on the shared 2-core machine (load 3 to 36).
+LAYOUTS = [(2, 1), (2, 2), (3, 1)]
+LAYOUT_IDS = [f"{h}hosts-x{r}" for h, r in LAYOUTS]
+SUITE_LAYOUTS = [tuple(int(v) for v in item.split("x")) for item in os.environ.get(
+    "JAXMPI_MULTIHOST_LAYOUTS", "2x1,2x2,3x1").split(",") if item.strip()]
+
+
+def placements(stdout):
+    """rank -> the probe's line for it."""
+    out = {}
+    # (hydra may join two ranks' lines into one)
+    for m in re.finditer(r"probe (\{[^{}]*\})", stdout):
+        d = json.loads(m.group(1))
+        out[d["rank"]] = d
+    return out
+
+
+@pytest.mark.parametrize("netmod", ["ofi", "ucx"])
+@pytest.mark.parametrize("hosts,per_host", LAYOUTS, ids=LAYOUT_IDS)
+def test_ranks_on_distinct_hosts_and_traffic_crosses(run_across, mpi, hosts, per_host, netmod):
+    # netmod: MPICH's (the harness's default is OFI; UCX is the wheel's own).
+    if mpi.kind != "mpich" and netmod != "ofi":
+        pytest.skip("MPICH's netmods only")
+    count, iters = 1 << 17, 4  # 1 MiB of float64 per message
+    env = {"MPIR_CVAR_CH4_NETMOD": netmod} if mpi.kind == "mpich" else {}
+    res = run_across(hosts, per_host, ["python", "tests/multihost/probe.py", str(count),
+                                       str(iters)], timeout=300, env=env)
+    assert res.returncode == 0 and not res.timed_out, res
+    where = placements(res.stdout)
+    n = hosts * per_host
+    assert sorted(where) == list(range(n)), res
+    for r, d in where.items():
+        host = r // per_host + 1  # blocks of per_host ranks per host
+        assert d["size"] == n
+        assert d["hostname"] == f"jmh{host}", (r, d)
+        assert d["processor"] == f"jmh{host}", (r, d)
+    # Ranks share a network namespace exactly when they share a host.
+    for a in where:
+        for b in where:
+            same_host = a // per_host == b // per_host
+            assert (where[a]["netns"] == where[b]["netns"]) == same_host, (a, b, where)
+    # See probe.py: every host sends and receives at least 16 count iters bytes.
+    need = 16 * count * iters
+    for h in range(1, hosts + 1):
+        moved = res.eth0(h)
+        assert moved["rx"] >= need and moved["tx"] >= need, (h, moved, need, res)
+
+
+@pytest.mark.parametrize("hosts,per_host", SUITE_LAYOUTS,
+                         ids=[f"{h}hosts-x{r}" for h, r in SUITE_LAYOUTS])
+def test_op_and_autodiff_suites_across_hosts(run_across, hosts, per_host):
+    res = run_across(hosts, per_host, ["python", *PYTEST, *SUITE], timeout=1500)
+    assert res.returncode == 0 and not res.timed_out, res
+    m = re.search(r"(\d+) passed", res.stdout)
+    assert m and int(m.group(1)) > 100, res
+    assert not re.search(r"\d+ (failed|error)", res.stdout), res
+    for h in range(1, hosts + 1):
+        moved = res.eth0(h)
+        assert moved["rx"] >= SUITE_FLOOR and moved["tx"] >= SUITE_FLOOR, (h, moved, res)
+
+
+GRID = ("96", "48")
+DAYS = "0.05"  # 216 time steps
+
+
+def shallow_water(c, mpi, per_host, out, env):
+    res = c.launch(["python", "examples/shallow_water.py", "--grid", *GRID, "--days", DAYS,
+                    "--out", out], mpi, ranks_per_host=per_host, env=env, timeout=600,
+                   cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+                       os.path.abspath(__file__)))))
+    assert res.returncode == 0 and not res.timed_out, res
+    with np.load(out) as f:
+        return res, {k: f[k] for k in f.files}
+
+
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_shallow_water_across_two_hosts_equals_one_host(cluster, mpi, per_host, tmp_path):
+    n = 2 * per_host
+    one = cluster(1)
+    _, here = shallow_water(one, mpi, n, str(tmp_path / "one.npz"), RANK_ENV)
+    two = cluster(2)
+    res, there = shallow_water(two, mpi, per_host, str(tmp_path / "two.npz"), RANK_ENV)
+    assert int(there["ranks"]) == n and (int(there["px"]), int(there["py"])) == (
+        (1, 2) if n == 2 else (2, 2))
+    assert np.isfinite(there["final"]).all()
+    assert sorted(here) == sorted(there)
+    for k in here:
+        assert here[k].dtype == there[k].dtype and here[k].shape == there[k].shape, k
+        assert np.array_equal(here[k], there[k]), (
+            f"{k} differs across hosts: up to "
+            f"{np.abs(here[k].astype(np.float64) - there[k]).max():g}")
+    # Each step sends at least one halo row or column of h, u and v (float32)
+    # across the boundary between the hosts' blocks: at least 200 steps x
+    # 3 fields x 4 bytes x the shorter block side, each way.
+    nx, ny = int(GRID[0]), int(GRID[1])
+    px, py = int(there["px"]), int(there["py"])
+    need = 200 * 3 * 4 * min(nx // px, ny // py)
+    for h in (1, 2):
+        moved = res.eth0(h)
+        assert moved["rx"] >= need and moved["tx"] >= need, (h, moved, need)
