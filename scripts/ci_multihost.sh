@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# CI configuration "multihost": tests/multihost (simulated hosts in network
+# namespaces, scripts/multihost.py) with both MPIs: the PyPI mpich wheel and
+# Debian's Open MPI. Needs root (ip netns, unshare, apt-get).
+#   scripts/ci_multihost.sh WORKDIR
+# JAXMPI_MULTIHOST_LAYOUTS picks the suite layouts (default here 2x2: two
+# hosts of two ranks, shared memory within a host and TCP between them).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+work=${1:?usage: scripts/ci_multihost.sh WORKDIR}
+mkdir -p "$work"
+if [ "$(id -u)" != 0 ]; then
+  echo "FAILED: the multihost configuration needs root (ip netns, unshare)"; exit 1
+fi
+missing=()
+command -v iptables >/dev/null || missing+=(iptables)
+command -v ip >/dev/null || missing+=(iproute2)
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Both environments must exist: a missing one would only skip its MPI.
+JAXMPI_MPI=mpich JAXMPI_VENV="$work/venv-multihost" ./run setup
+JAXMPI_MPI=system JAXMPI_VENV="$work/venv-multihost-openmpi" ./run setup
+export JAXMPI_OPENMPI_VENV="$work/venv-multihost-openmpi"
+export JAXMPI_MULTIHOST_LAYOUTS=${JAXMPI_MULTIHOST_LAYOUTS:-2x2}
+echo "=== [$(date +%T)] tests/multihost (layouts $JAXMPI_MULTIHOST_LAYOUTS; mpich and Open MPI)"
+out="$work/multihost-pytest.log"
+set +e
+timeout -k 10 2400 "$work/venv-multihost/bin/python" -m pytest -q -rs tests/multihost \
+  -p no:cacheprovider --timeout-method=thread --timeout=1800 --color=no 2>&1 | tee "$out"
+rc=${PIPESTATUS[0]}
+set -e
+# A skip for a missing environment or for lack of root would hide an MPI.
+if grep -E "^SKIPPED.*(venv|root|namespaces)" "$out"; then
+  echo "FAILED: an MPI or the namespaces were skipped (above)"; exit 1
+fi
+exit "$rc"
