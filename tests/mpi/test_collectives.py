@@ -279,9 +279,12 @@ def test_half_precision_rounds_through_float32():
     # 512): exact whatever order MPI combines the ranks in.
     exact = np.array([RANK + 0.25, -2.0 * RANK, 0.75 * RANK, 100.0 + RANK],
                      np.float16)
-    # 2048 + 1 is not a float16 (the spacing there is 2): each pairwise sum
-    # rounds (to even: 2048), whatever the order, on every rank count.
-    rounded = np.array([2048.0 if RANK == 0 else 1.0], np.float16)
+    # 2048 + 1 is not a float16 (the spacing there is 2): the sum rounds to
+    # even, 2048. Only rank 1 adds 1 (the others 0), so every order of
+    # pairwise sums meets that one rounding: 2048 at any rank count (with a
+    # 1 on every rank, a tree would add 1 + 1 first and give 2050).
+    rounded = np.array([2048.0 if RANK == 0 else float(RANK == 1)],
+                       np.float16)
     # 0.1 is not a float16 either; a sum of SIZE of them rounds once per
     # pairwise sum (SIZE - 1 times, each within half an ulp, 2**-11, on top
     # of 0.1's own rounding to float16), and tree and linear orders may
