@@ -44,6 +44,19 @@ from jax._src.lib import xla_client
 #   and watchdog reports).
 from jax._src import source_info_util
 
+
+def lowering_user_frames(ctx):
+    """The user's frames of the equation being lowered (innermost first).
+    JAX >= 0.7 keeps its traceback on the lowering context and
+    ``user_frames`` takes a traceback; JAX 0.6 lowers each equation inside
+    ``source_info_util.user_context`` of its source information, and
+    ``user_frames`` takes that SourceInfo."""
+    tb = getattr(ctx, "traceback", None)
+    if tb is not None:
+        return source_info_util.user_frames(tb)
+    info = source_info_util._source_info_context.context
+    return source_info_util.user_frames(info)
+
 try:  # jax.extend.core.Effect and AbstractToken: newer than JAX 0.6.2
     from jax.extend.core import AbstractToken, Effect
 except ImportError:  # JAX 0.6
@@ -63,7 +76,7 @@ partial_eval_kept_effects = _effects.partial_eval_kept_effects
 
 __all__ = [
     "AbstractToken", "ClosedJaxpr", "Effect", "Primitive", "dispatch",
-    "jaxprs_in_params", "pxla", "source_info_util", "xla_client", "ShapedArray", "Token", "Tracer", "abstract_token",
+    "jaxprs_in_params", "lowering_user_frames", "pxla", "source_info_util", "xla_client", "ShapedArray", "Token", "Tracer", "abstract_token",
     "ad", "apply_primitive", "batching", "control_flow_allowed_effects",
     "custom_derivatives_allowed_effects", "lowerable_effects", "mlir",
     "ordered_effects", "partial_eval_kept_effects", "remat_allowed_effects",

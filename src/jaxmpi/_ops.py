@@ -26,7 +26,7 @@ from mpi4py import MPI
 
 from . import _core
 from ._jax_compat import (Primitive, ShapedArray, ad, apply_primitive, batching,
-                          mlir, source_info_util)
+                          lowering_user_frames, mlir)
 from ._effect import join_token_lowering, lower_with_token, mpi_effect
 from ._validate import reserved_tag_bit
 
@@ -112,7 +112,7 @@ def _site(ctx) -> int:
     strings. Eager calls reuse the executable compiled for the first call
     of the same op and shapes, so they name that call's line."""
     try:
-        for frame in source_info_util.user_frames(ctx.traceback):
+        for frame in lowering_user_frames(ctx):
             if frame.file_name.startswith(_PACKAGE_DIR):
                 continue
             name = frame.file_name
