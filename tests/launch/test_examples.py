@@ -10,11 +10,21 @@ def test_allreduce_example_prints_sixes(mpirun):
     assert numbers == ["6."] * 9, job
 
 
-def test_send_recv_example_swaps(mpirun):
-    job = mpirun(2, "examples/seed_send_recv.py")
+def test_send_recv_example_swaps(mpirun, tmp_path):
+    # Each rank's output goes to a file of its own: launchers forward the
+    # ranks' lines interleaved (Open MPI split one rank's printed array around
+    # the other's), so stdout cannot tell which rank printed which row.
+    wrapper = tmp_path / "per_rank_output.py"
+    wrapper.write_text(
+        "import runpy, sys\n"
+        "from mpi4py import MPI\n"
+        f"sys.stdout = open(r'{tmp_path}/out.%d' % MPI.COMM_WORLD.Get_rank(), 'w')\n"
+        "runpy.run_path('examples/seed_send_recv.py', run_name='__main__')\n"
+        "sys.stdout.close()\n")
+    job = mpirun(2, str(wrapper))
     assert job.returncode == 0, job
-    lines = job.stdout
-    r0 = lines[lines.index("r0 |"):].split("r1 |")[0]
-    r1 = lines[lines.index("r1 |"):].split("r0 |")[0]
-    assert re.findall(r"[-\d.]+", r0.split("|", 1)[1]) == ["1."] * 9, job
-    assert re.findall(r"[-\d.]+", r1.split("|", 1)[1]) == ["0."] * 9, job
+    r0 = (tmp_path / "out.0").read_text()
+    r1 = (tmp_path / "out.1").read_text()
+    assert r0.startswith("r0 |") and r1.startswith("r1 |"), (r0, r1)
+    assert re.findall(r"[-\d.]+", r0.split("|", 1)[1]) == ["1."] * 9, r0
+    assert re.findall(r"[-\d.]+", r1.split("|", 1)[1]) == ["0."] * 9, r1
