@@ -363,7 +363,11 @@ def test_large_send_to_self_raises_instead_of_hanging():
     assert "use sendrecv with source=dest=rank" in msg, msg
     assert ("mpirun" in msg) == (SIZE == 1), msg
     if msg.endswith("(the send was cancelled)"):
-        assert not left
+        # MPICH and Open MPI no longer show a cancelled send to a probe;
+        # Intel MPI 2021 reports the cancel done and still shows it (an MPI
+        # matter: jaxmpi's error and the survival of the rank hold there too).
+        if "Intel" not in MPI.Get_library_version():
+            assert not left
     else:
         # Some MPIs cannot cancel a send: said so, and the job must end.
         assert msg.endswith("(the send was not cancelled: the communicator "
