@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 
-from conftest import ROOT
+from conftest import ROOT, san_env
 
 SRC = os.path.join(ROOT, "src", "jaxmpi")
 
@@ -20,6 +20,7 @@ SRC = os.path.join(ROOT, "src", "jaxmpi")
 def run_python(*args, env=None):
     full_env = {k: v for k, v in os.environ.items()
                 if not k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))}
+    full_env.update(san_env())  # a sanitized core needs its runtime preloaded
     full_env.update(env or {})
     # Outside the checkout, so that the installed jaxmpi is the one imported.
     return subprocess.run([sys.executable, *args], cwd="/", env=full_env,

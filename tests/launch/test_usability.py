@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, san_env
 
 
 def write(tmp_path, text, name="script.py"):
@@ -26,7 +26,8 @@ def test_help_without_mpi():
     proc = subprocess.run(
         [sys.executable, "-c", "import sys, runpy; sys.argv = ['jaxmpi', "
          "'--help']; runpy.run_module('jaxmpi', run_name='__main__')\n"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        env={**os.environ, **san_env()})  # a sanitized core: its runtime preloaded
     assert proc.returncode == 0, proc
     out = proc.stdout
     assert out.startswith("usage: python -m jaxmpi"), out
