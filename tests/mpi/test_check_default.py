@@ -20,6 +20,7 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import _core
 from jaxmpi import notoken as mpx
+from util import check_mode as util_check_mode
 from util import RANK, SIZE
 
 LAST = SIZE - 1
@@ -31,13 +32,8 @@ CHECK_ERROR = (r"collective call #(\d+) on this communicator differs across "
 @pytest.fixture(autouse=True)
 def default_mode():
     # These tests need the default; they leave it as they found it.
-    core = _core.get()
-    before = core.check_mode
-    core.set_check("sparse")
-    try:
+    with util_check_mode("sparse"):
         yield
-    finally:
-        core.set_check(before)
 
 
 def fresh():

@@ -18,9 +18,10 @@ import pytest
 from jax import lax
 from mpi4py import MPI
 
-from jaxmpi import _core, _eager
+from jaxmpi import _eager
 from jaxmpi import notoken as mpx
 from util import RANK, SIZE, check
+from util import check_mode as util_check_mode
 
 two_ranks = pytest.mark.skipif(SIZE < 2, reason="needs a peer")
 
@@ -30,13 +31,8 @@ def check_mode(request):
     """Every test twice: with checks off, eager allreduce takes the direct
     path of _eager.py (MPI called at once); in the default sparse mode, the
     compiled path (the C core counts and checks every collective)."""
-    core = _core.get()
-    before = core.check_mode
-    core.set_check(request.param)
-    try:
-        yield request.param
-    finally:
-        core.set_check(before)
+    with util_check_mode(request.param) as mode:
+        yield mode
 
 _N = 600
 _STEPS = 16  # ~0.1-0.3 s of matmuls: far longer than a dispatch

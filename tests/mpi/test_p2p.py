@@ -12,6 +12,7 @@ from mpi4py import MPI
 
 import jaxmpi
 from jaxmpi import notoken as mpx
+from util import check_mode as util_check_mode
 from util import (DTYPE_IDS, DTYPES, MODES, RANK, SIZE, Later, bfloat16,
                   check, data, run)
 
@@ -259,13 +260,8 @@ def test_seed_example_with_tokens():
 @pytest.fixture(params=["off", "sparse", "all"])
 def check_mode(request):
     # Every rank sets the mode, and restores it, at the same point.
-    core = jaxmpi._core.get()
-    before = core.check_mode
-    core.set_check(request.param)
-    try:
-        yield request.param
-    finally:
-        core.set_check(before)
+    with util_check_mode(request.param) as mode:
+        yield mode
 
 
 @needs2

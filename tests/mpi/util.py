@@ -1,5 +1,7 @@
 """Rank-dependent test data and NumPy references."""
 
+import contextlib
+
 import jax
 import ml_dtypes
 import numpy as np
@@ -165,3 +167,18 @@ class Later:
     def done(self):
         if self.failures:
             raise AssertionError("\n".join(self.failures))
+
+
+@contextlib.contextmanager
+def check_mode(mode):
+    """Cross-rank checks in `mode` ("off", "sparse", "all") for the block,
+    then as they were. Every rank enters and leaves at the same point."""
+    from jaxmpi import _core
+
+    core = _core.get()
+    before = core.check_mode
+    core.set_check(mode)
+    try:
+        yield mode
+    finally:
+        core.set_check(before)
