@@ -1,5 +1,7 @@
 /* Cross-rank checks: see check.h. */
 #include "check.h"
+#include "cuda_staging.h"
+#include "mpi_calls.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -242,8 +244,8 @@ static void report_field(const jm_sig *all, int size, int f, char *out,
  * is its last result (the root's results are [x, table, block], elsewhere
  * [x, block]: request.c). */
 static const jm_buffer *payload(const jm_call *c, const jm_op_desc *desc) {
-  if (desc->run == jm_run_scatter && desc->nrets > 0) return &c->ret[0];
-  if (desc->run == jm_run_iscatter && c->nrets > 1) return &c->ret[c->nrets - 1];
+  if (desc->id == JM_OP_scatter && desc->nrets > 0) return &c->ret[0];
+  if (desc->id == JM_OP_iscatter && c->nrets > 1) return &c->ret[c->nrets - 1];
   if (desc->nargs > 0) return &c->arg[0];
   return NULL;
 }
@@ -401,4 +403,24 @@ XLA_FFI_Error *jm_check_incoming(jm_call *c, const jm_buffer *y, int source,
                   c->rank, expect, (long long)want, st.MPI_SOURCE, st.MPI_TAG,
                   (long long)got, elems,
                   rc ? "not received" : "received and discarded");
+}
+
+XLA_FFI_Error *jm_check_received(jm_call *c, const jm_buffer *y,
+                                 const jm_Status *st) {
+  if (st->MPI_SOURCE == jm_const.proc_null) { /* nothing arrives: zeros */
+    if (c->status) *c->status = *st;
+    return jm_zero(c, y->data, (size_t)y->count * y->elsize);
+  }
+  int64_t got = jm_received_bytes(st);
+  int64_t want = y->count * (int64_t)y->elsize;
+  if (got >= 0 && got != want)
+    return jm_error(c, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                    "rank %d received %lld bytes from rank %d (tag %d) but "
+                    "expected %lld elements of %s (%lld bytes): the sender's "
+                    "shape or dtype differs",
+                    c->rank, (long long)got, st->MPI_SOURCE, st->MPI_TAG,
+                    (long long)y->count, jm_dtypes[y->dtype].name,
+                    (long long)want);
+  if (c->status) *c->status = *st;
+  return NULL;
 }

@@ -38,6 +38,11 @@ XLA_FFI_Error *jm_check_collective(jm_call *c, const jm_op_desc *desc,
 XLA_FFI_Error *jm_check_incoming(jm_call *c, const jm_buffer *y, int source,
                                  int tag);
 
+/* A completed receive into y with status st: zeros for MPI.PROC_NULL, an
+ * error if fewer bytes arrived than y holds; copies st to c->status. */
+XLA_FFI_Error *jm_check_received(jm_call *c, const jm_buffer *y,
+                                 const jm_Status *st);
+
 /* "float32[4,5]" */
 void jm_format_array(const jm_buffer *y, char *out, size_t len);
 

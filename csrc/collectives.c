@@ -4,6 +4,8 @@
  * of the input: that keeps every rank's program linear in the same values,
  * so derivatives of any order make the same calls on every rank. */
 #include "ffi.h"
+#include "cuda_staging.h"
+#include "mpi_calls.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

@@ -117,3 +117,57 @@ int jaxmpi_site_text(int64_t id, char *out, size_t len) {
 }
 void jaxmpi_set_timeout(double seconds) { jm_watchdog_set(seconds); }
 double jaxmpi_get_timeout(void) { return jm_watchdog_timeout(); }
+
+/* ---- the op table, for Python's agreement check (_core.check_table) ----- */
+
+typedef struct jm_table_row {
+  const char *name;
+  int nargs, nrets;
+  unsigned templates, attrs;
+  int start; /* 1 for a non-blocking start */
+} jm_table_row;
+
+#define JM_ROW(name, nargs, nrets, templates, attrs)                           \
+  {#name, nargs, nrets, templates, attrs, 0},
+#define JM_IROW(name, nargs, nrets, templates, attrs)                          \
+  {#name, nargs, nrets, templates, attrs, 1},
+static const jm_table_row table[] = {JM_OPS(JM_ROW) JM_IOPS(JM_IROW)};
+#undef JM_ROW
+#undef JM_IROW
+
+#define JM_ATTR_ROW(name, type) {#name, JM_ATTR_IS_##type},
+#define JM_ATTR_IS_SCALAR 0
+#define JM_ATTR_IS_ARRAY 1
+static const struct {
+  const char *name;
+  int is_array;
+} attr_table[] = {JM_ATTRS(JM_ATTR_ROW)};
+#undef JM_ATTR_ROW
+
+/* Row i of the op table (ops.h, blocking ops then starts); -1 past its end. */
+int jaxmpi_op_row(int i, const char **name, int *nargs, int *nrets,
+                  unsigned *templates, unsigned *attrs, int *start) {
+  if (i < 0 || i >= JM_NOPS) return -1;
+  *name = table[i].name;
+  *nargs = table[i].nargs;
+  *nrets = table[i].nrets;
+  *templates = table[i].templates;
+  *attrs = table[i].attrs;
+  *start = table[i].start;
+  return 0;
+}
+
+/* Attribute i (bit i of a row's attrs); -1 past the end. */
+int jaxmpi_attr_row(int i, const char **name, int *is_array) {
+  if (i < 0 || i >= JM_NATTRS) return -1;
+  *name = attr_table[i].name;
+  *is_array = attr_table[i].is_array;
+  return 0;
+}
+
+int jaxmpi_max_buffers(void) { return JM_MAX_BUFFERS; }
+int jaxmpi_ndtypes(void) { return JM_NDTYPES; }
+/* Bytes of XLA element type `code` (0 where jaxmpi does not support it). */
+int jaxmpi_dtype_size(int code) {
+  return code >= 0 && code < JM_NDTYPES ? (int)jm_dtypes[code].size : -1;
+}

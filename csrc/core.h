@@ -1,5 +1,5 @@
 /* The C entry points Python calls through ctypes (besides the FFI handlers
- * jaxmpi_ffi_<op> of ffi.c). All return 0 on success; on failure they write a
+ * jaxmpi_ffi_<op> of handlers.c). All return 0 on success; on failure they write a
  * message into err. */
 #ifndef JAXMPI_CORE_H
 #define JAXMPI_CORE_H
@@ -64,5 +64,13 @@ JM_EXPORT int jaxmpi_register_site(int64_t id, const char *text);
 JM_EXPORT int jaxmpi_site_text(int64_t id, char *out, size_t len);
 JM_EXPORT void jaxmpi_set_timeout(double seconds);
 JM_EXPORT double jaxmpi_get_timeout(void);
+
+/* The op table and constants, for Python's agreement check at import. */
+JM_EXPORT int jaxmpi_op_row(int i, const char **name, int *nargs, int *nrets,
+                            unsigned *templates, unsigned *attrs, int *start);
+JM_EXPORT int jaxmpi_attr_row(int i, const char **name, int *is_array);
+JM_EXPORT int jaxmpi_max_buffers(void);
+JM_EXPORT int jaxmpi_ndtypes(void);
+JM_EXPORT int jaxmpi_dtype_size(int code);
 
 #endif

@@ -505,3 +505,19 @@ XLA_FFI_Error *jm_cuda_zero(jm_call *c, void *dst, size_t bytes) {
   JM_CU(c, "cuStreamSynchronize", cu.StreamSynchronize((CUstream)c->stream));
   return NULL;
 }
+
+/* ---- memory writes of op bodies ----------------------------------------- */
+
+XLA_FFI_Error *jm_copy(jm_call *c, void *dst, const void *src, size_t bytes) {
+  if (!bytes || dst == src) return NULL;
+  if (c->on_device) return jm_cuda_copy(c, dst, src, bytes);
+  memcpy(dst, src, bytes);
+  return NULL;
+}
+
+XLA_FFI_Error *jm_zero(jm_call *c, void *dst, size_t bytes) {
+  if (!bytes) return NULL;
+  if (c->on_device) return jm_cuda_zero(c, dst, bytes);
+  memset(dst, 0, bytes);
+  return NULL;
+}

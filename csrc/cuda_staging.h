@@ -14,6 +14,11 @@
 #include "cuda_api.h"
 #include "ffi.h"
 
+/* What op bodies use instead of memcpy/memset on a call's buffers, which
+ * are GPU memory when c->on_device. */
+XLA_FFI_Error *jm_copy(jm_call *c, void *dst, const void *src, size_t bytes);
+XLA_FFI_Error *jm_zero(jm_call *c, void *dst, size_t bytes);
+
 /* Run desc's body for a decoded call whose buffers are GPU memory. */
 XLA_FFI_Error *jm_cuda_run(jm_call *c, const jm_op_desc *desc);
 

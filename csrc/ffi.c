@@ -1,5 +1,7 @@
-/* Shared decoding of XLA FFI call frames and attributes, errors, logging,
- * and the exported handler of every op in ops.h. */
+/* The bottom of the FFI layer: what XLA's element types are to jaxmpi,
+ * decoding call frames and attributes into a jm_call, errors, the debug log,
+ * the registry of call sites. Calls only mpi_api.c and watchdog.c (for the
+ * timeout in messages); the handlers that use it are in handlers.c. */
 #include "ffi.h"
 
 #include <pthread.h>
@@ -8,14 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "check.h"
-#include "cuda_staging.h"
 #include "watchdog.h"
 
 jm_config jm_cfg;
 
-/* jaxmpi calls executed by this process (named in watchdog reports). */
-static _Atomic int64_t calls_made;
 
 jm_dtype jm_dtypes[JM_NDTYPES] = {
     [XLA_FFI_DataType_PRED] = {"bool", 1, 0, 0},
@@ -210,7 +208,7 @@ static void describe_payload(const jm_call *c, char *out, size_t len) {
 
 /* One line when a jaxmpi call starts (so that the last line of a hung rank
  * names the call it waits in) and one when it ends. */
-static void log_call(const jm_call *c, const XLA_FFI_Error *err, double t0,
+void jm_log_call(const jm_call *c, const XLA_FFI_Error *err, double t0,
                      int start) {
   char site[200], at[220] = "";
   if (jm_site_text(c->site, site, sizeof site)[0])
@@ -392,106 +390,25 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
   return NULL;
 }
 
-static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
-                               const jm_op_desc *desc, int cuda) {
-  if (jm_answer_metadata_query(frame)) return NULL;
-  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
-  jm_call c;
-  memset(&c, 0, sizeof c);
-  c.opname = desc->name;
-  c.frame = frame;
-  c.api = frame->api;
-  c.attrs = desc->attrs;
-  c.callno = atomic_fetch_add_explicit(&calls_made, 1, memory_order_relaxed) + 1;
+XLA_FFI_Error *jm_decode(XLA_FFI_CallFrame *frame, const jm_op_desc *desc,
+                         jm_call *c) {
+  memset(c, 0, sizeof *c);
+  c->opname = desc->name;
+  c->frame = frame;
+  c->api = frame->api;
+  c->attrs = desc->attrs;
   XLA_FFI_Error *err;
-  if ((err = decode_buffers(&c, desc->nargs, frame->args.size,
+  if ((err = decode_buffers(c, desc->nargs, frame->args.size,
                             (const int *)frame->args.types, frame->args.args,
-                            c.arg, &c.nargs, "argument")))
+                            c->arg, &c->nargs, "argument")))
     return err;
-  if ((err = decode_buffers(&c, desc->nrets, frame->rets.size,
+  if ((err = decode_buffers(c, desc->nrets, frame->rets.size,
                             (const int *)frame->rets.types, frame->rets.rets,
-                            c.ret, &c.nrets, "result")))
+                            c->ret, &c->nrets, "result")))
     return err;
-  if ((err = decode_attrs(&c, &frame->attrs, desc->attrs))) return err;
-  int rc = jm_mpi.Comm_rank(c.comm, &c.rank);
-  if (rc == 0) rc = jm_mpi.Comm_size(c.comm, &c.size);
-  if (rc != 0) return jm_mpi_failure(&c, "MPI_Comm_rank", NULL, 0, rc);
-  double t0 = 0.0;
-  if (jm_cfg.debug) {
-    t0 = jm_mpi.Wtime();
-    log_call(&c, NULL, t0, 1);
-  }
-  /* Point-to-point ops check what they receive instead (p2p.c). */
-  err = NULL;
-  const int mode = jm_check_mode();
-  if (mode &&
-      !(desc->attrs &
-        (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))))
-    err = jm_check_collective(&c, desc, mode);
-  if (!err) err = cuda ? jm_cuda_run(&c, desc) : desc->run(&c);
-  if (jm_cfg.debug) log_call(&c, err, t0, 0);
-  return err;
-}
-
-XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
-  return dispatch(frame, desc, 0);
-}
-
-XLA_FFI_Error *jm_dispatch_cuda(XLA_FFI_CallFrame *frame,
-                                const jm_op_desc *desc) {
-  return dispatch(frame, desc, 1);
-}
-
-XLA_FFI_Error *jm_copy(jm_call *c, void *dst, const void *src, size_t bytes) {
-  if (!bytes || dst == src) return NULL;
-  if (c->on_device) return jm_cuda_copy(c, dst, src, bytes);
-  memcpy(dst, src, bytes);
-  return NULL;
-}
-
-XLA_FFI_Error *jm_zero(jm_call *c, void *dst, size_t bytes) {
-  if (!bytes) return NULL;
-  if (c->on_device) return jm_cuda_zero(c, dst, bytes);
-  memset(dst, 0, bytes);
-  return NULL;
-}
-
-/* ---- exported handlers -------------------------------------------------- */
-
-/* Two per op: jaxmpi_ffi_<op> for XLA:CPU, jaxmpi_ffi_<op>_cuda for XLA:GPU
- * (the same decoding and op body; cuda_staging.c moves the data). */
-#define JM_DEFINE_HANDLER(name, nargs, nrets, templates, attrs)                \
-  static const jm_op_desc jm_desc_##name = {#name, nargs, nrets, templates,    \
-                                            attrs, jm_run_##name};             \
-  __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
-      XLA_FFI_CallFrame *frame) {                                              \
-    return jm_dispatch(frame, &jm_desc_##name);                                \
-  }                                                                            \
-  __attribute__((visibility("default"))) XLA_FFI_Error                         \
-      *jaxmpi_ffi_##name##_cuda(XLA_FFI_CallFrame *frame) {                    \
-    return jm_dispatch_cuda(frame, &jm_desc_##name);                           \
-  }
-JM_OPS(JM_DEFINE_HANDLER)
-#undef JM_DEFINE_HANDLER
-
-/* Non-blocking starts: XLA:CPU only (the GPU path stages through host
- * buffers that a request would outlive). */
-#define JM_DEFINE_CPU_HANDLER(name, nargs, nrets, templates, attrs)            \
-  static const jm_op_desc jm_desc_##name = {#name, nargs, nrets, templates,    \
-                                            attrs, jm_run_##name};             \
-  __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
-      XLA_FFI_CallFrame *frame) {                                              \
-    return jm_dispatch(frame, &jm_desc_##name);                                \
-  }
-JM_IOPS(JM_DEFINE_CPU_HANDLER)
-#undef JM_DEFINE_CPU_HANDLER
-
-/* Joins a token the user passed to jaxmpi's order: a custom call taking the
- * user's token and the effect token, so that XLA:CPU's execution graph has an
- * edge from both (a bare stablehlo.after_all gives none). Does nothing and
- * touches no buffer, so it serves XLA:GPU too. */
-__attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_join_token(
-    XLA_FFI_CallFrame *frame) {
-  jm_answer_metadata_query(frame);
+  if ((err = decode_attrs(c, &frame->attrs, desc->attrs))) return err;
+  int rc = jm_mpi.Comm_rank(c->comm, &c->rank);
+  if (rc == 0) rc = jm_mpi.Comm_size(c->comm, &c->size);
+  if (rc != 0) return jm_mpi_failure(c, "MPI_Comm_rank", NULL, 0, rc);
   return NULL;
 }

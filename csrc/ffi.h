@@ -1,5 +1,6 @@
-/* The XLA FFI boundary: decoding call frames into a jm_call, answering the
- * metadata query, turning failures into FFI errors, debug logging. */
+/* The XLA FFI boundary (ffi.c): decoding call frames into a jm_call,
+ * answering the metadata query, turning failures into FFI errors, debug
+ * logging. Below every op body; the handlers themselves are in handlers.c. */
 #ifndef JAXMPI_FFI_H
 #define JAXMPI_FFI_H
 
@@ -59,6 +60,7 @@ extern jm_config jm_cfg;
 typedef XLA_FFI_Error *jm_op_fn(jm_call *c);
 
 typedef struct jm_op_desc {
+  int id; /* JM_OP_<name> (ops.h) */
   const char *name;
   int nargs, nrets;
   unsigned templates; /* bit i: argument i is a template, never read */
@@ -66,17 +68,10 @@ typedef struct jm_op_desc {
   jm_op_fn *run;
 } jm_op_desc;
 
-/* Decode the frame, run the op, and report. Every CPU handler is this. */
-XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc);
-/* The same for a frame of XLA:GPU (buffers in GPU memory): every CUDA
- * handler is this (cuda_staging.c moves the data). */
-XLA_FFI_Error *jm_dispatch_cuda(XLA_FFI_CallFrame *frame,
-                                const jm_op_desc *desc);
-
-/* What op bodies use instead of memcpy/memset on a call's buffers, which
- * are GPU memory when c->on_device. */
-XLA_FFI_Error *jm_copy(jm_call *c, void *dst, const void *src, size_t bytes);
-XLA_FFI_Error *jm_zero(jm_call *c, void *dst, size_t bytes);
+/* Fill *c from the frame: buffers (skipping the token), attributes, the
+ * rank and size of the communicator. c->callno is the caller's. */
+XLA_FFI_Error *jm_decode(XLA_FFI_CallFrame *frame, const jm_op_desc *desc,
+                         jm_call *c);
 
 XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
@@ -92,6 +87,9 @@ int jm_site_register(int64_t id, const char *text);
 const char *jm_site_text(int64_t id, char *out, size_t len);
 
 double jm_log_start(void);
+/* The debug log's line for a call starting (start=1, err NULL) or ending. */
+void jm_log_call(const jm_call *c, const XLA_FFI_Error *err, double t0,
+                 int start);
 void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
             int64_t count, int dtype, double t0);
 
@@ -122,10 +120,5 @@ JM_IOPS(JM_DECLARE_OP)
 /* 1 if the frame was XLA's metadata query (answered); every handler asks
  * first. */
 int jm_answer_metadata_query(XLA_FFI_CallFrame *frame);
-
-/* A completed receive into y with status st: zeros for MPI.PROC_NULL, an
- * error if fewer bytes arrived than y holds; copies st to c->status. */
-XLA_FFI_Error *jm_check_received(jm_call *c, const jm_buffer *y,
-                                 const jm_Status *st);
 
 #endif

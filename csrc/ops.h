@@ -74,4 +74,9 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(ineighbor_exchange, JM_VARIADIC, JM_VARIADIC, 0,                           \
     JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
 
+/* Every op's number, JM_OP_<name>: blocking ops first, then the starts. */
+#define JM_OP_ENUM(name, nargs, nrets, templates, attrs) JM_OP_##name,
+enum { JM_OPS(JM_OP_ENUM) JM_IOPS(JM_OP_ENUM) JM_NOPS };
+#undef JM_OP_ENUM
+
 #endif

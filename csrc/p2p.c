@@ -1,6 +1,8 @@
 /* Point-to-point operations. A receive that delivers fewer bytes than the
  * result holds is an error, never silently uninitialised memory. */
 #include "ffi.h"
+#include "cuda_staging.h"
+#include "mpi_calls.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -8,26 +10,6 @@
 
 #include "check.h"
 #include "watchdog.h"
-
-XLA_FFI_Error *jm_check_received(jm_call *c, const jm_buffer *y,
-                                 const jm_Status *st) {
-  if (st->MPI_SOURCE == jm_const.proc_null) { /* nothing arrives: zeros */
-    if (c->status) *c->status = *st;
-    return jm_zero(c, y->data, (size_t)y->count * y->elsize);
-  }
-  int64_t got = jm_received_bytes(st);
-  int64_t want = y->count * (int64_t)y->elsize;
-  if (got >= 0 && got != want)
-    return jm_error(c, XLA_FFI_Error_Code_FAILED_PRECONDITION,
-                    "rank %d received %lld bytes from rank %d (tag %d) but "
-                    "expected %lld elements of %s (%lld bytes): the sender's "
-                    "shape or dtype differs",
-                    c->rank, (long long)got, st->MPI_SOURCE, st->MPI_TAG,
-                    (long long)y->count, jm_dtypes[y->dtype].name,
-                    (long long)want);
-  if (c->status) *c->status = *st;
-  return NULL;
-}
 
 /* A receive whose message was longer than its result (MPI's truncation
  * error): jaxmpi's message, with the size the result holds. */

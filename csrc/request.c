@@ -12,6 +12,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda_staging.h"
+#include "check.h"
+#include "mpi_calls.h"
 #include "watchdog.h"
 
 enum { R_STARTING = 1, R_POSTED, R_WAITING };

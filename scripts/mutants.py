@@ -82,7 +82,7 @@ MUTANTS = [
            "  for (int i = 0; i < n; i++) {\n    XLA_FFI_Error *err = jm_check_received(",
            "  for (int i = 0; i < n - 1; i++) {\n    XLA_FFI_Error *err = jm_check_received(",
            "neighbor_exchange: the last pair's received size is not checked", (P2P,)),
-    Mutant("c-proc-null-no-zeros", "csrc/p2p.c",
+    Mutant("c-proc-null-no-zeros", "csrc/check.c",
            "    return jm_zero(c, y->data, (size_t)y->count * y->elsize);",
            "    return NULL;",
            "a receive from MPI.PROC_NULL leaves the template's data, not zeros",

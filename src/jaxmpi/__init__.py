@@ -24,14 +24,14 @@ from mpi4py import MPI as _MPI  # initialises MPI first
 
 import jax as _jax
 
-from . import _api, _core, _effect, _faults, _nonblocking, _validate
+from . import _api, _core, _effect, _faults, _nonblocking, _ops, _validate
 from . import _jax_compat as _jcore
 from ._core import MPIConfigurationError
 from ._version import __version__
 
 _core.check_thread_level()
-_core.get().register_ffi_targets((*_api.OPERATIONS, "join_token"))
-_core.get().register_cpu_targets((*_nonblocking.OPERATIONS, "wait"))
+# The C core's table of handlers must be the primitives'; registers them.
+_core.get().register_handlers(_ops.PRIMITIVES, _nonblocking.START)
 
 # jaxmpi's own communicator: its traffic never meets the user's mpi4py traffic.
 _default_comm = _MPI.COMM_WORLD.Clone()
@@ -93,7 +93,7 @@ def _token_returns(doc: str, name: str) -> str:
                f"calls are ordered without it). ``jaxmpi.notoken.{name}``",
                "returns None."]
     else:
-        what = ("request" if name in _nonblocking.OPERATIONS
+        what = ("request" if name in _nonblocking.START
                 else "results" if name == "waitall" else "result")
         first = f"``({what}, token)``"
         if name == "wait":
@@ -122,40 +122,17 @@ def _with_token(fn):
     return wrapper
 
 
-allgather = _with_token(_api.allgather)
-allreduce = _with_token(_api.allreduce)
-alltoall = _with_token(_api.alltoall)
-barrier = _with_token(_api.barrier)
-bcast = _with_token(_api.bcast)
-gather = _with_token(_api.gather)
-neighbor_exchange = _with_token(_api.neighbor_exchange)
-recv = _with_token(_api.recv)
-reduce = _with_token(_api.reduce)
-scan = _with_token(_api.scan)
-scatter = _with_token(_api.scatter)
-send = _with_token(_api.send)
-sendrecv = _with_token(_api.sendrecv)
-has_cuda_support = _api.has_cuda_support
-
-# Non-blocking operations (docs/nonblocking.md): each returns
-# ``(request, token)``; ``wait`` returns ``(result, token)`` (``token`` alone
-# for isend and ibarrier), ``waitall`` ``(results, token)``.
+# Every operation, from the one list of each module (_api.OPERATIONS,
+# _nonblocking.OPERATIONS): the token API's form wraps the bare one.
+# Non-blocking starts return ``(request, token)``; ``wait`` returns
+# ``(result, token)`` (a token alone for isend and ibarrier), ``waitall``
+# ``(results, token)`` (docs/nonblocking.md).
+for _module in (_api, _nonblocking):
+    for _name in _module.OPERATIONS:
+        globals()[_name] = _with_token(getattr(_module, _name))
+del _module, _name
 Request = _nonblocking.Request
-isend = _with_token(_nonblocking.isend)
-irecv = _with_token(_nonblocking.irecv)
-isendrecv = _with_token(_nonblocking.isendrecv)
-iallreduce = _with_token(_nonblocking.iallreduce)
-ibcast = _with_token(_nonblocking.ibcast)
-ibarrier = _with_token(_nonblocking.ibarrier)
-ireduce = _with_token(_nonblocking.ireduce)
-iscan = _with_token(_nonblocking.iscan)
-igather = _with_token(_nonblocking.igather)
-iscatter = _with_token(_nonblocking.iscatter)
-iallgather = _with_token(_nonblocking.iallgather)
-ialltoall = _with_token(_nonblocking.ialltoall)
-ineighbor_exchange = _with_token(_nonblocking.ineighbor_exchange)
-wait = _with_token(_nonblocking.wait)
-waitall = _with_token(_nonblocking.waitall)
+has_cuda_support = _api.has_cuda_support
 
 
 def set_check(on=True) -> None:
@@ -248,7 +225,7 @@ def get_default_comm():
 
 
 __all__ = [
-    *_api.OPERATIONS, *_nonblocking.OPERATIONS, "wait", "waitall", "Request",
+    *_api.OPERATIONS, *_nonblocking.OPERATIONS, "Request",
     "has_cuda_support", "get_default_comm", "set_check",
     "set_timeout",
     "MPIConfigurationError", "notoken",

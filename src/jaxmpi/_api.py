@@ -813,6 +813,10 @@ def has_cuda_support() -> bool:
     return _core.get().cuda_built
 
 
-OPERATIONS = ("allgather", "allreduce", "alltoall", "barrier", "bcast",
-              "gather", "neighbor_exchange", "recv", "reduce", "scan",
-              "scatter", "send", "sendrecv")
+# The public blocking operations, written once (a literal list, which the
+# documentation's reader can follow): jaxmpi (token API) and jaxmpi.notoken
+# are made from it (adding an operation: docs/design.md).
+__all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast",
+           "gather", "neighbor_exchange", "recv", "reduce", "scan",
+           "scatter", "send", "sendrecv", "has_cuda_support"]
+OPERATIONS = tuple(n for n in __all__ if n != "has_cuda_support")

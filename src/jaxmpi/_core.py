@@ -112,6 +112,16 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.jaxmpi_get_async.restype = c.c_int
     lib.jaxmpi_requests_in_flight.restype = c.c_int
     lib.jaxmpi_requests_shutdown.restype = c.c_int
+    lib.jaxmpi_op_row.argtypes = [c.c_int, c.POINTER(c.c_char_p)] + [
+        c.POINTER(c.c_int)] * 2 + [c.POINTER(c.c_uint)] * 2 + [c.POINTER(c.c_int)]
+    lib.jaxmpi_op_row.restype = c.c_int
+    lib.jaxmpi_attr_row.argtypes = [c.c_int, c.POINTER(c.c_char_p),
+                                    c.POINTER(c.c_int)]
+    lib.jaxmpi_attr_row.restype = c.c_int
+    lib.jaxmpi_max_buffers.restype = c.c_int
+    lib.jaxmpi_ndtypes.restype = c.c_int
+    lib.jaxmpi_dtype_size.argtypes = [c.c_int]
+    lib.jaxmpi_dtype_size.restype = c.c_int
 
 
 def _clean_version(text: str) -> str:
@@ -248,15 +258,59 @@ class Core:
     def requests_in_flight(self) -> int:
         return int(self.lib.jaxmpi_requests_in_flight())
 
-    def register_cpu_targets(self, names) -> None:
-        """CPU-only handlers jaxmpi_ffi_<name> (non-blocking ops)."""
+    def table(self) -> dict:
+        """The C core's op table (csrc/ops.h) and constants: {"ops": {name:
+        (nargs, nrets, attribute names, is_start)}, "attrs": {name:
+        is_array}, "max_buffers", "dtype_sizes": {XLA type code: bytes}}."""
+        c, lib = ctypes, self.lib
+        attrs, i = {}, 0
+        name, flag = c.c_char_p(), c.c_int()
+        while lib.jaxmpi_attr_row(i, c.byref(name), c.byref(flag)) == 0:
+            attrs[name.value.decode()] = bool(flag.value)
+            i += 1
+        names = list(attrs)
+        ops, i = {}, 0
+        nargs, nrets, start = c.c_int(), c.c_int(), c.c_int()
+        templates, bits = c.c_uint(), c.c_uint()
+        while lib.jaxmpi_op_row(i, c.byref(name), c.byref(nargs), c.byref(nrets),
+                                c.byref(templates), c.byref(bits),
+                                c.byref(start)) == 0:
+            ops[name.value.decode()] = (
+                nargs.value, nrets.value,
+                tuple(a for k, a in enumerate(names) if bits.value >> k & 1),
+                bool(start.value))
+            i += 1
+        return {"ops": ops, "attrs": attrs,
+                "max_buffers": lib.jaxmpi_max_buffers(),
+                "dtype_sizes": {k: lib.jaxmpi_dtype_size(k)
+                                for k in range(lib.jaxmpi_ndtypes())}}
+
+    def register_handlers(self, primitives, starts) -> None:
+        """Check that the C core's table agrees with Python's primitives
+        (check_table), then register the FFI targets: each blocking op's
+        CPU handler jaxmpi_ffi_<op> and CUDA handler jaxmpi_ffi_<op>_cuda
+        (CUDA registrations wait in JAX until a CUDA plugin loads, if ever),
+        join_token's (one for both platforms), and the CPU-only handlers of
+        the non-blocking starts and of wait."""
         import jax
 
-        for name in names:
-            jax.ffi.register_ffi_target(
-                f"jaxmpi_{name}",
-                jax.ffi.pycapsule(getattr(self.lib, f"jaxmpi_ffi_{name}")),
-                platform="cpu")
+        table = self.table()
+        check_table(table, primitives, starts)
+        capsule = lambda symbol: jax.ffi.pycapsule(getattr(self.lib, symbol))
+        for name, (_, _, _, start) in table["ops"].items():
+            cpu = f"jaxmpi_ffi_{name}"
+            jax.ffi.register_ffi_target(f"jaxmpi_{name}", capsule(cpu),
+                                        platform="cpu")
+            if not start:
+                jax.ffi.register_ffi_target(f"jaxmpi_{name}",
+                                            capsule(f"{cpu}_cuda"),
+                                            platform="CUDA")
+        for platform in ("cpu", "CUDA"):
+            jax.ffi.register_ffi_target("jaxmpi_join_token",
+                                        capsule("jaxmpi_ffi_join_token"),
+                                        platform=platform)
+        jax.ffi.register_ffi_target("jaxmpi_wait", capsule("jaxmpi_ffi_wait"),
+                                    platform="cpu")
 
     def set_check(self, mode: str) -> None:
         """mode: one of CHECK_MODES."""
@@ -327,19 +381,49 @@ class Core:
         r = self.lib.jaxmpi_mpi_cuda_aware()
         return None if r < 0 else bool(r)
 
-    def register_ffi_targets(self, names) -> None:
-        """Each op's CPU handler jaxmpi_ffi_<op> and CUDA handler
-        jaxmpi_ffi_<op>_cuda (join_token has one handler for both). CUDA
-        registrations wait in JAX until a CUDA plugin loads, if ever."""
-        import jax
 
-        for name in names:
-            cpu = f"jaxmpi_ffi_{name}"
-            cuda = cpu if name == "join_token" else f"{cpu}_cuda"
-            for platform, symbol in (("cpu", cpu), ("CUDA", cuda)):
-                jax.ffi.register_ffi_target(
-                    f"jaxmpi_{name}", jax.ffi.pycapsule(getattr(self.lib, symbol)),
-                    platform=platform)
+def check_table(table: dict, primitives, starts) -> None:
+    """Raise ImportError unless the C core's table (Core.table) agrees with
+    Python: the same blocking ops as `primitives` and the same starts as
+    `starts` (names without the ``jaxmpi_`` prefix), the FFI attributes
+    _ops sends with the same kinds, the buffer limit the validation
+    assumes, and the byte size of every dtype code in _dtypes. A
+    disagreement means a C core built from other sources than this Python
+    package (a stale build)."""
+    from . import _api, _dtypes, _nonblocking, _ops
+
+    problems = []
+    c_ops = {n for n, row in table["ops"].items() if not row[3]}
+    c_starts = {n for n, row in table["ops"].items() if row[3]}
+    for what, c_names, py_names in (("blocking ops", c_ops, set(primitives)),
+                                    ("non-blocking starts", c_starts,
+                                     set(starts))):
+        if c_names != py_names:
+            problems.append(
+                f"{what}: only in C {sorted(c_names - py_names)}, only in "
+                f"Python {sorted(py_names - c_names)}")
+    py_attrs = {a: a in _ops.ARRAY_ATTRS for a in _ops.FFI_ATTRS}
+    if table["attrs"] != py_attrs:
+        problems.append(f"FFI attributes: C {table['attrs']}, Python {py_attrs}")
+    if table["max_buffers"] != _api.MAX_EXCHANGE_PAIRS or (
+            1 + 2 * _nonblocking.MAX_EXCHANGE_PAIRS > table["max_buffers"]):
+        problems.append(f"buffers per call: C {table['max_buffers']}, Python "
+                        f"{_api.MAX_EXCHANGE_PAIRS} pairs (blocking), "
+                        f"{_nonblocking.MAX_EXCHANGE_PAIRS} (non-blocking)")
+    if len(table["dtype_sizes"]) != _dtypes.N_XLA_TYPES:
+        problems.append(f"dtype codes: C {len(table['dtype_sizes'])}, Python "
+                        f"{_dtypes.N_XLA_TYPES}")
+    for dt, code in _dtypes.XLA_TYPE.items():
+        if table["dtype_sizes"].get(code) != dt.itemsize:
+            problems.append(f"dtype {dt} (code {code}): C "
+                            f"{table['dtype_sizes'].get(code)} bytes, numpy "
+                            f"{dt.itemsize}")
+    if problems:
+        raise ImportError(
+            "jaxmpi's C core does not match its Python package (built from "
+            "other sources?): " + "; ".join(problems) + ". Reinstall jaxmpi "
+            "(pip install --force-reinstall --no-deps jaxmpi, or from the "
+            "checkout: pip install --force-reinstall --no-deps .)")
 
 
 # Cross-rank check modes, in the C core's numbering.

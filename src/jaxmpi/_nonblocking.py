@@ -1766,6 +1766,10 @@ def waitall(requests, *, token=None):
     return [wait(r) for r in requests]
 
 
-OPERATIONS = ("isend", "irecv", "isendrecv", "iallreduce", "ibcast",
-              "ibarrier", "ireduce", "iscan", "igather", "iscatter",
-              "iallgather", "ialltoall", "ineighbor_exchange")
+# The public non-blocking operations, written once (a literal list, which
+# the documentation's reader can follow): jaxmpi (token API) and
+# jaxmpi.notoken are made from it.
+__all__ = ["isend", "irecv", "isendrecv", "iallreduce", "ibcast", "ibarrier",
+           "ireduce", "iscan", "igather", "iscatter", "iallgather",
+           "ialltoall", "ineighbor_exchange", "wait", "waitall", "Request"]
+OPERATIONS = tuple(n for n in __all__ if n != "Request")

@@ -38,6 +38,10 @@ PRIMITIVES: dict[str, Primitive] = {}
 _HANDLE_ATTRS = ("comm", "op", "status")
 _INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
 _ARRAY_ATTRS = ("sources", "dests")
+# Every attribute a handler may receive (the C core's JM_ATTRS, checked at
+# import: _core.check_table), and those that are arrays.
+FFI_ATTRS = (*_HANDLE_ATTRS, *_INT_ATTRS, *_ARRAY_ATTRS, "site")
+ARRAY_ATTRS = _ARRAY_ATTRS
 
 # XLA:CPU and XLA:GPU (CUDA) lower every op to the same custom call name; the
 # C core registers a handler for each platform (csrc/cuda_staging.c moves GPU

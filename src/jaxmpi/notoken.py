@@ -9,46 +9,8 @@ joined to the order of calls) but never needed. Code written for mpi4jax
 jaxmpi.experimental import notoken`` (this same module).
 """
 
-from ._api import (  # noqa: F401
-    allgather,
-    allreduce,
-    alltoall,
-    barrier,
-    bcast,
-    gather,
-    has_cuda_support,
-    neighbor_exchange,
-    recv,
-    reduce,
-    scan,
-    scatter,
-    send,
-    sendrecv,
-)
+from . import _api, _nonblocking
+from ._api import *  # noqa: F401,F403  (_api.__all__: the blocking ops)
+from ._nonblocking import *  # noqa: F401,F403  (the starts, wait, Request)
 
-from ._nonblocking import (  # noqa: F401
-    Request,
-    iallgather,
-    iallreduce,
-    ialltoall,
-    igather,
-    ineighbor_exchange,
-    ireduce,
-    iscan,
-    iscatter,
-    ibarrier,
-    ibcast,
-    irecv,
-    isend,
-    isendrecv,
-    wait,
-    waitall,
-)
-
-__all__ = [
-    "Request", "iallgather", "iallreduce", "ialltoall", "igather",
-    "ineighbor_exchange", "ireduce", "iscan", "iscatter", "ibarrier", "ibcast", "irecv", "isend",
-    "isendrecv", "wait", "waitall",
-    "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
-    "has_cuda_support", "neighbor_exchange", "recv", "reduce", "scan", "scatter", "send", "sendrecv",
-]
+__all__ = [*_api.__all__, *_nonblocking.__all__]

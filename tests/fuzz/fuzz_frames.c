@@ -16,6 +16,7 @@
 #include "check.h"
 #include "cuda_staging.h"
 #include "ffi.h"
+#include "handlers.h"
 
 /* ---- a minimal XLA_FFI_Api: errors are heap strings ---------------------- */
 
@@ -286,7 +287,7 @@ static void bind_stubs(void) {
 /* ---- the op table, with the real handlers -------------------------------- */
 
 #define JM_FUZZ_DESC(name, nargs, nrets, templates, attrs)                     \
-  {#name, nargs, nrets, templates, attrs, jm_run_##name},
+  {JM_OP_##name, #name, nargs, nrets, templates, attrs, jm_run_##name},
 static const jm_op_desc ops[] = {JM_OPS(JM_FUZZ_DESC)};
 #undef JM_FUZZ_DESC
 #define NOPS ((int)(sizeof ops / sizeof ops[0]))

@@ -26,8 +26,8 @@ SECTIONS = ("Args:", "Returns:", "Raises:", "Example:")
 RAISES_NOTHING = ("jaxmpi.has_cuda_support", "jaxmpi.notoken.has_cuda_support",
                   "jaxmpi.get_default_comm")
 NO_RESULT = ("send", "barrier")
-STARTS = _nonblocking.OPERATIONS  # each returns a Request
-NONBLOCKING = (*STARTS, "wait", "waitall")
+NONBLOCKING = _nonblocking.OPERATIONS  # the starts, wait and waitall
+STARTS = tuple(n for n in NONBLOCKING if n not in ("wait", "waitall"))  # Requests
 
 PUBLIC = sorted(
     (f"{module.__name__}.{n}", getattr(module, n))

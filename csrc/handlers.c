@@ -1,0 +1,90 @@
+/* The top of the C core: the exported FFI handler of every op in ops.h
+ * (generated from the table), and what each does: decode the frame
+ * (ffi.c), check the call across ranks (check.c), run the op body
+ * (collectives.c, p2p.c, request.c) on the host or through the GPU
+ * staging (cuda_staging.c), log. No other file calls into this one. */
+#include <stdatomic.h>
+
+#include "check.h"
+#include "cuda_staging.h"
+#include "ffi.h"
+#include "handlers.h"
+
+/* jaxmpi calls executed by this process (named in watchdog reports). */
+static _Atomic int64_t calls_made;
+
+static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
+                               const jm_op_desc *desc, int cuda) {
+  if (jm_answer_metadata_query(frame)) return NULL;
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  jm_call c;
+  const int64_t callno =
+      atomic_fetch_add_explicit(&calls_made, 1, memory_order_relaxed) + 1;
+  XLA_FFI_Error *err = jm_decode(frame, desc, &c);
+  c.callno = callno;
+  if (err) return err;
+  double t0 = 0.0;
+  if (jm_cfg.debug) {
+    t0 = jm_mpi.Wtime();
+    jm_log_call(&c, NULL, t0, 1);
+  }
+  /* Point-to-point ops check what they receive instead (p2p.c). */
+  err = NULL;
+  const int mode = jm_check_mode();
+  if (mode &&
+      !(desc->attrs &
+        (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))))
+    err = jm_check_collective(&c, desc, mode);
+  if (!err) err = cuda ? jm_cuda_run(&c, desc) : desc->run(&c);
+  if (jm_cfg.debug) jm_log_call(&c, err, t0, 0);
+  return err;
+}
+
+XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
+  return dispatch(frame, desc, 0);
+}
+
+XLA_FFI_Error *jm_dispatch_cuda(XLA_FFI_CallFrame *frame,
+                                const jm_op_desc *desc) {
+  return dispatch(frame, desc, 1);
+}
+
+/* ---- exported handlers -------------------------------------------------- */
+
+/* Two per op: jaxmpi_ffi_<op> for XLA:CPU, jaxmpi_ffi_<op>_cuda for XLA:GPU
+ * (the same decoding and op body; cuda_staging.c moves the data). */
+#define JM_DEFINE_HANDLER(name, nargs, nrets, templates, attrs)                \
+  static const jm_op_desc jm_desc_##name = {                                  \
+      JM_OP_##name, #name, nargs, nrets, templates, attrs, jm_run_##name};    \
+  __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
+      XLA_FFI_CallFrame *frame) {                                              \
+    return jm_dispatch(frame, &jm_desc_##name);                                \
+  }                                                                            \
+  __attribute__((visibility("default"))) XLA_FFI_Error                         \
+      *jaxmpi_ffi_##name##_cuda(XLA_FFI_CallFrame *frame) {                    \
+    return jm_dispatch_cuda(frame, &jm_desc_##name);                           \
+  }
+JM_OPS(JM_DEFINE_HANDLER)
+#undef JM_DEFINE_HANDLER
+
+/* Non-blocking starts: XLA:CPU only (the GPU path stages through host
+ * buffers that a request would outlive). */
+#define JM_DEFINE_CPU_HANDLER(name, nargs, nrets, templates, attrs)            \
+  static const jm_op_desc jm_desc_##name = {                                  \
+      JM_OP_##name, #name, nargs, nrets, templates, attrs, jm_run_##name};    \
+  __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
+      XLA_FFI_CallFrame *frame) {                                              \
+    return jm_dispatch(frame, &jm_desc_##name);                                \
+  }
+JM_IOPS(JM_DEFINE_CPU_HANDLER)
+#undef JM_DEFINE_CPU_HANDLER
+
+/* Joins a token the user passed to jaxmpi's order: a custom call taking the
+ * user's token and the effect token, so that XLA:CPU's execution graph has an
+ * edge from both (a bare stablehlo.after_all gives none). Does nothing and
+ * touches no buffer, so it serves XLA:GPU too. */
+__attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_join_token(
+    XLA_FFI_CallFrame *frame) {
+  jm_answer_metadata_query(frame);
+  return NULL;
+}

@@ -1,0 +1,47 @@
+/* The MPI calls of the op bodies, each taking 64-bit counts and made
+ * through the watchdog (see mpi_api.h for the large-count rules and
+ * watchdog.h for the deadline). Above mpi_api.c and watchdog.c. */
+#ifndef JAXMPI_MPI_CALLS_H
+#define JAXMPI_MPI_CALLS_H
+
+#include "mpi_api.h"
+
+int jm_Allreduce(const void *s, void *r, int64_t n, size_t elsize,
+                 jm_Datatype t, jm_Op op, jm_Comm comm);
+int jm_Reduce(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
+              jm_Op op, int root, jm_Comm comm);
+int jm_Scan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
+            jm_Op op, jm_Comm comm);
+int jm_Bcast(void *buf, int64_t n, size_t elsize, jm_Datatype t, int root,
+             jm_Comm comm);
+int jm_Gather(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
+              int root, jm_Comm comm);
+int jm_Scatter(const void *s, void *r, int64_t n, size_t elsize,
+               jm_Datatype t, int root, jm_Comm comm);
+int jm_Allgather(const void *s, void *r, int64_t n, size_t elsize,
+                 jm_Datatype t, jm_Comm comm);
+int jm_Alltoall(const void *s, void *r, int64_t n, size_t elsize,
+                jm_Datatype t, jm_Comm comm);
+int jm_Send(const void *buf, int64_t n, size_t elsize, jm_Datatype t,
+            int dest, int tag, jm_Comm comm);
+int jm_Recv(void *buf, int64_t n, size_t elsize, jm_Datatype t, int source,
+            int tag, jm_Comm comm, jm_Status *status);
+int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
+                int dest, int sendtag, void *r, int64_t rn, size_t relsize,
+                jm_Datatype rt, int source, int recvtag, jm_Comm comm,
+                jm_Status *status);
+
+/* Barrier, through the watchdog like every other call. */
+int jm_Barrier(jm_Comm comm);
+
+/* Nonblocking point-to-point; a derived datatype made for a large count is
+ * freed at once (MPI keeps it alive until the request completes). */
+int jm_Isend(const void *buf, int64_t n, size_t elsize, jm_Datatype t,
+             int dest, int tag, jm_Comm comm, jm_Request *req);
+int jm_Irecv(void *buf, int64_t n, size_t elsize, jm_Datatype t, int source,
+             int tag, jm_Comm comm, jm_Request *req);
+
+/* Bytes a completed receive delivered, or -1 if MPI cannot say in an int. */
+int64_t jm_received_bytes(const jm_Status *status);
+
+#endif
