@@ -48,144 +48,182 @@ static int make_big(int64_t n, size_t elsize, jm_Datatype t, jm_Datatype *out) {
   return rc;
 }
 
-/* Data movement beyond the limit: run `call` with one element of a big type. */
-#define JM_WITH_BIG(n, elsize, t, big, call)                                   \
-  do {                                                                         \
-    jm_Datatype big;                                                           \
-    int rc_ = make_big((n), (elsize), (t), &big);                              \
-    if (rc_) return rc_;                                                       \
-    rc_ = (call);                                                              \
-    jm_mpi.Type_free(&big);                                                    \
-    return rc_;                                                                \
-  } while (0)
+/* Data movement beyond the limit is made with one element of a big type:
+ * freed(&big, call) frees it after the call and returns the call's code. */
+static int freed(jm_Datatype *big, int rc) {
+  jm_mpi.Type_free(big);
+  return rc;
+}
 
 static const char *at(const void *p, int64_t off, size_t elsize) {
   if (!p || p == jm_const.in_place) return p; /* MPI_IN_PLACE stays so */
   return (const char *)p + off * (int64_t)elsize;
 }
 
-/* Reductions beyond the limit: elementwise, so chunk by chunk. */
-#define JM_CHUNKED(n, elsize, s, r, call)                                      \
-  do {                                                                         \
-    for (int64_t off_ = 0; off_ < (n); off_ += jm_count.limit) {               \
-      int64_t m_ = (n)-off_ < jm_count.limit ? (n)-off_ : jm_count.limit;     \
-      const void *cs = at((s), off_, (elsize));                                \
-      void *cr = (void *)at((r), off_, (elsize));                              \
-      int cn = (int)m_;                                                        \
-      int rc_ = (call);                                                        \
-      if (rc_) return rc_;                                                     \
-    }                                                                          \
-    return 0;                                                                  \
-  } while (0)
+/* Reductions beyond the limit are elementwise, so made chunk by chunk: the
+ * chunk at element `off` of n holds chunk_len(n, off) elements. */
+static int chunk_len(int64_t n, int64_t off) {
+  return (int)(n - off < jm_count.limit ? n - off : jm_count.limit);
+}
 
 /* With the watchdog on, a call within the plain count limit is made as its
  * nonblocking variant and completed by jm_wait (large counts stay
- * blocking). */
-#define JM_WATCHED(n, icall, status, cancellable)                              \
-  do {                                                                         \
-    if (jm_watchdog_on() && fits(n)) {                                         \
-      jm_Request rq;                                                           \
-      int rcw_ = (icall);                                                      \
-      return rcw_ ? rcw_ : jm_wait(&rq, (status), (cancellable));              \
-    }                                                                          \
-  } while (0)
+ * blocking): `if (watched(n)) return finish(Icall(..., &rq), &rq, ...)`. */
+static int watched(int64_t n) { return jm_watchdog_on() && fits(n); }
+static int finish(int rc, jm_Request *rq, jm_Status *status, int cancellable) {
+  return rc ? rc : jm_wait(rq, status, cancellable);
+}
 
 int jm_Barrier(jm_Comm comm) {
-  JM_WATCHED(0, jm_mpi.Ibarrier(comm, &rq), NULL, 0);
+  jm_Request rq;
+  if (watched(0))
+    return finish(jm_mpi.Ibarrier(comm, &rq), &rq, NULL, 0);
   return jm_mpi.Barrier(comm);
 }
 
 int jm_Allreduce(const void *s, void *r, int64_t n, size_t elsize,
                  jm_Datatype t, jm_Op op, jm_Comm comm) {
-  JM_WATCHED(n, jm_mpi.Iallreduce(s, r, (int)n, t, op, comm, &rq), NULL, 0);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Iallreduce(s, r, (int)n, t, op, comm, &rq),
+                  &rq, NULL, 0);
   if (fits(n)) return jm_mpi.Allreduce(s, r, (int)n, t, op, comm);
   if (use_c(jm_mpi.Allreduce_c)) return jm_mpi.Allreduce_c(s, r, n, t, op, comm);
-  JM_CHUNKED(n, elsize, s, r, jm_mpi.Allreduce(cs, cr, cn, t, op, comm));
+  for (int64_t off = 0; off < n; off += jm_count.limit) {
+    int rc = jm_mpi.Allreduce(at(s, off, elsize), (void *)at(r, off, elsize),
+                   chunk_len(n, off), t, op, comm);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 int jm_Reduce(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
               jm_Op op, int root, jm_Comm comm) {
-  JM_WATCHED(n, jm_mpi.Ireduce(s, r, (int)n, t, op, root, comm, &rq), NULL, 0);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Ireduce(s, r, (int)n, t, op, root, comm, &rq),
+                  &rq, NULL, 0);
   if (fits(n)) return jm_mpi.Reduce(s, r, (int)n, t, op, root, comm);
   if (use_c(jm_mpi.Reduce_c))
     return jm_mpi.Reduce_c(s, r, n, t, op, root, comm);
-  JM_CHUNKED(n, elsize, s, r, jm_mpi.Reduce(cs, cr, cn, t, op, root, comm));
+  for (int64_t off = 0; off < n; off += jm_count.limit) {
+    int rc = jm_mpi.Reduce(at(s, off, elsize), (void *)at(r, off, elsize),
+                   chunk_len(n, off), t, op, root, comm);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 int jm_Scan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
             jm_Op op, jm_Comm comm) {
-  JM_WATCHED(n, jm_mpi.Iscan(s, r, (int)n, t, op, comm, &rq), NULL, 0);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Iscan(s, r, (int)n, t, op, comm, &rq), &rq, NULL, 0);
   if (fits(n)) return jm_mpi.Scan(s, r, (int)n, t, op, comm);
   if (use_c(jm_mpi.Scan_c)) return jm_mpi.Scan_c(s, r, n, t, op, comm);
-  JM_CHUNKED(n, elsize, s, r, jm_mpi.Scan(cs, cr, cn, t, op, comm));
+  for (int64_t off = 0; off < n; off += jm_count.limit) {
+    int rc = jm_mpi.Scan(at(s, off, elsize), (void *)at(r, off, elsize),
+                   chunk_len(n, off), t, op, comm);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 int jm_Bcast(void *buf, int64_t n, size_t elsize, jm_Datatype t, int root,
              jm_Comm comm) {
-  JM_WATCHED(n, jm_mpi.Ibcast(buf, (int)n, t, root, comm, &rq), NULL, 0);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Ibcast(buf, (int)n, t, root, comm, &rq), &rq, NULL, 0);
   if (fits(n)) return jm_mpi.Bcast(buf, (int)n, t, root, comm);
   if (use_c(jm_mpi.Bcast_c)) return jm_mpi.Bcast_c(buf, n, t, root, comm);
-  JM_WITH_BIG(n, elsize, t, big, jm_mpi.Bcast(buf, 1, big, root, comm));
+  jm_Datatype big;
+  int rc = make_big(n, elsize, t, &big);
+  return rc ? rc : freed(&big, jm_mpi.Bcast(buf, 1, big, root, comm));
 }
 
 int jm_Gather(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
               int root, jm_Comm comm) {
-  JM_WATCHED(n, jm_mpi.Igather(s, (int)n, t, r, (int)n, t, root, comm, &rq),
-             NULL, 0);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Igather(s, (int)n, t, r, (int)n, t, root, comm, &rq),
+                  &rq, NULL, 0);
   if (fits(n)) return jm_mpi.Gather(s, (int)n, t, r, (int)n, t, root, comm);
   if (use_c(jm_mpi.Gather_c))
     return jm_mpi.Gather_c(s, n, t, r, n, t, root, comm);
-  JM_WITH_BIG(n, elsize, t, big, jm_mpi.Gather(s, 1, big, r, 1, big, root, comm));
+  jm_Datatype big;
+  int rc = make_big(n, elsize, t, &big);
+  return rc ? rc : freed(&big, jm_mpi.Gather(s, 1, big, r, 1, big, root, comm));
 }
 
 int jm_Scatter(const void *s, void *r, int64_t n, size_t elsize,
                jm_Datatype t, int root, jm_Comm comm) {
-  JM_WATCHED(n, jm_mpi.Iscatter(s, (int)n, t, r, (int)n, t, root, comm, &rq),
-             NULL, 0);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Iscatter(s, (int)n, t, r, (int)n, t, root, comm, &rq),
+                  &rq, NULL, 0);
   if (fits(n)) return jm_mpi.Scatter(s, (int)n, t, r, (int)n, t, root, comm);
   if (use_c(jm_mpi.Scatter_c))
     return jm_mpi.Scatter_c(s, n, t, r, n, t, root, comm);
-  JM_WITH_BIG(n, elsize, t, big,
-              jm_mpi.Scatter(s, 1, big, r, 1, big, root, comm));
+  jm_Datatype big;
+  int rc = make_big(n, elsize, t, &big);
+  return rc ? rc : freed(&big,
+                         jm_mpi.Scatter(s, 1, big, r, 1, big, root, comm));
 }
 
 int jm_Allgather(const void *s, void *r, int64_t n, size_t elsize,
                  jm_Datatype t, jm_Comm comm) {
-  JM_WATCHED(n, jm_mpi.Iallgather(s, (int)n, t, r, (int)n, t, comm, &rq), NULL,
-             0);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Iallgather(s, (int)n, t, r, (int)n, t, comm, &rq),
+                  &rq, NULL, 0);
   if (fits(n)) return jm_mpi.Allgather(s, (int)n, t, r, (int)n, t, comm);
   if (use_c(jm_mpi.Allgather_c))
     return jm_mpi.Allgather_c(s, n, t, r, n, t, comm);
-  JM_WITH_BIG(n, elsize, t, big, jm_mpi.Allgather(s, 1, big, r, 1, big, comm));
+  jm_Datatype big;
+  int rc = make_big(n, elsize, t, &big);
+  return rc ? rc : freed(&big, jm_mpi.Allgather(s, 1, big, r, 1, big, comm));
 }
 
 int jm_Alltoall(const void *s, void *r, int64_t n, size_t elsize,
                 jm_Datatype t, jm_Comm comm) {
-  JM_WATCHED(n, jm_mpi.Ialltoall(s, (int)n, t, r, (int)n, t, comm, &rq), NULL,
-             0);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Ialltoall(s, (int)n, t, r, (int)n, t, comm, &rq),
+                  &rq, NULL, 0);
   if (fits(n)) return jm_mpi.Alltoall(s, (int)n, t, r, (int)n, t, comm);
   if (use_c(jm_mpi.Alltoall_c))
     return jm_mpi.Alltoall_c(s, n, t, r, n, t, comm);
-  JM_WITH_BIG(n, elsize, t, big, jm_mpi.Alltoall(s, 1, big, r, 1, big, comm));
+  jm_Datatype big;
+  int rc = make_big(n, elsize, t, &big);
+  return rc ? rc : freed(&big, jm_mpi.Alltoall(s, 1, big, r, 1, big, comm));
 }
 
 int jm_Send(const void *buf, int64_t n, size_t elsize, jm_Datatype t,
             int dest, int tag, jm_Comm comm) {
-  JM_WATCHED(n, jm_mpi.Isend(buf, (int)n, t, dest, tag, comm, &rq), NULL, 0);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Isend(buf, (int)n, t, dest, tag, comm, &rq),
+                  &rq, NULL, 0);
   if (fits(n)) return jm_mpi.Send(buf, (int)n, t, dest, tag, comm);
   if (use_c(jm_mpi.Send_c)) return jm_mpi.Send_c(buf, n, t, dest, tag, comm);
-  JM_WITH_BIG(n, elsize, t, big, jm_mpi.Send(buf, 1, big, dest, tag, comm));
+  jm_Datatype big;
+  int rc = make_big(n, elsize, t, &big);
+  return rc ? rc : freed(&big, jm_mpi.Send(buf, 1, big, dest, tag, comm));
 }
 
 int jm_Recv(void *buf, int64_t n, size_t elsize, jm_Datatype t, int source,
             int tag, jm_Comm comm, jm_Status *status) {
-  JM_WATCHED(n, jm_mpi.Irecv(buf, (int)n, t, source, tag, comm, &rq), status,
-             1);
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Irecv(buf, (int)n, t, source, tag, comm, &rq),
+                  &rq, status, 1);
   if (fits(n)) return jm_mpi.Recv(buf, (int)n, t, source, tag, comm, status);
   if (use_c(jm_mpi.Recv_c))
     return jm_mpi.Recv_c(buf, n, t, source, tag, comm, status);
-  JM_WITH_BIG(n, elsize, t, big,
-              jm_mpi.Recv(buf, 1, big, source, tag, comm, status));
+  jm_Datatype big;
+  int rc = make_big(n, elsize, t, &big);
+  return rc ? rc : freed(&big,
+                         jm_mpi.Recv(buf, 1, big, source, tag, comm, status));
 }
 
 int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
@@ -242,8 +280,9 @@ int jm_Isend(const void *buf, int64_t n, size_t elsize, jm_Datatype t,
   if (fits(n)) return jm_mpi.Isend(buf, (int)n, t, dest, tag, comm, req);
   if (use_c(jm_mpi.Isend_c))
     return jm_mpi.Isend_c(buf, n, t, dest, tag, comm, req);
-  JM_WITH_BIG(n, elsize, t, big,
-              jm_mpi.Isend(buf, 1, big, dest, tag, comm, req));
+  jm_Datatype big;
+  int rc = make_big(n, elsize, t, &big);
+  return rc ? rc : freed(&big, jm_mpi.Isend(buf, 1, big, dest, tag, comm, req));
 }
 
 int jm_Irecv(void *buf, int64_t n, size_t elsize, jm_Datatype t, int source,
@@ -251,8 +290,10 @@ int jm_Irecv(void *buf, int64_t n, size_t elsize, jm_Datatype t, int source,
   if (fits(n)) return jm_mpi.Irecv(buf, (int)n, t, source, tag, comm, req);
   if (use_c(jm_mpi.Irecv_c))
     return jm_mpi.Irecv_c(buf, n, t, source, tag, comm, req);
-  JM_WITH_BIG(n, elsize, t, big,
-              jm_mpi.Irecv(buf, 1, big, source, tag, comm, req));
+  jm_Datatype big;
+  int rc = make_big(n, elsize, t, &big);
+  return rc ? rc : freed(&big,
+                         jm_mpi.Irecv(buf, 1, big, source, tag, comm, req));
 }
 
 int64_t jm_received_bytes(const jm_Status *status) {
