@@ -143,6 +143,7 @@ def test_eager_and_token_api():
     y = mpx.allreduce(t, MPI.SUM)
     (z, token) = jaxmpi.allgather(t)
     b, token2 = jaxmpi.bcast(t, 0, token=token)
+    b_last = mpx.bcast(t, SIZE - 1)  # another root: another cached program
     g = mpx.gather(t, 0)
     s = jaxmpi.send(t, MPI.PROC_NULL)
     r, _ = jaxmpi.recv(t, MPI.PROC_NULL)
@@ -151,6 +152,7 @@ def test_eager_and_token_api():
     close(y, want["allreduce"], "eager allreduce")
     close(z, want["allgather"], "token allgather")
     close(b, ALL[0], "token bcast")
+    close(b_last, ALL[SIZE - 1], "eager bcast from the last rank")
     close(r, jax.tree.map(np.zeros_like, MINE), "recv from PROC_NULL")
     assert jaxmpi._validate.is_token(token2) and jaxmpi._validate.is_token(s)
     close(g, stack(ALL) if RANK == 0 else MINE, "eager gather")
