@@ -44,6 +44,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
+import textwrap
 from dataclasses import dataclass
 
 import jax
@@ -272,19 +273,25 @@ _DOC_RAISES = re.compile(r"\(a list,\s+tuple,\s+dict,\s+a ``\(result, token\)`` 
 
 
 def _doc(doc: str, spec: Spec) -> str:
-    """The op's docstring with a paragraph on pytrees after its summary."""
+    """The op's docstring with a paragraph on pytrees before its Args."""
     names = " and ".join(f"``{t}``" for t in spec.trees)
-    para = (
-        f"    Pytrees: {names} may be a pytree of arrays (a list, tuple,\n"
-        "    dict, registered dataclass; leaves of any dtypes and shapes);\n"
-        "    the result has the same structure. The leaves of each dtype go\n"
-        "    in one MPI call (flattened and concatenated), not one per\n"
-        "    leaf.\n")
-    lines = doc.split("\n\n", 1)
-    doc = lines[0] + "\n\n" + para + ("\n" + lines[1] if len(lines) > 1 else "")
+    what = "pytrees" if len(spec.trees) > 1 else "a pytree"
+    para = textwrap.fill(
+        f"Pytrees: {names} may be {what} of arrays (lists, tuples, dicts, "
+        "registered dataclasses; leaves of any dtypes and shapes); the "
+        "result has the same structure. The leaves of each dtype go in one "
+        "MPI call (flattened and concatenated), not one per leaf "
+        "(docs/apis.md, Pytrees). A leaf that is not an array is a "
+        "TypeError naming its path; leaves without a common leading axis "
+        "where the rank axis is needed, or send and receive trees of "
+        "different dtypes, a ValueError.", 76, initial_indent="    ",
+        subsequent_indent="    ") + "\n\n"
+    at = doc.find("    Args:")
+    if at >= 0:
+        doc = doc[:at] + para + doc[at:]
     return _DOC_RAISES.sub(
-        "(a leaf that is not an array, a ``(result,\n"
-        "            token)`` pair or a token is named as such)", doc)
+        "(a leaf that is not an array, a ``(result, token)`` pair or a\n"
+        "            token is named as such)", doc)
 
 
 def wrap(op, *, trees=("x",), rows=False):
