@@ -118,8 +118,9 @@ def main():
         rows.append((name, t_loop, t_eager))
 
     if RANK == 0:
+        mpi = MPI.Get_library_version().splitlines()[0][:40]
         print(f"pytree allreduce: {args.leaves} float32 leaves, {nbytes} B, "
-              f"{SIZE} ranks, jax {jax.__version__}, MPI {MPI.Get_library_version().splitlines()[0][:40]}")
+              f"{SIZE} ranks, jax {jax.__version__}, MPI {mpi}")
         base = dict((r[0], r) for r in rows)["jaxmpi pytree"]
         print(f"{'implementation':<20} {'loop us':>10} {'x pytree':>9} "
               f"{'eager us':>10} {'x pytree':>9}")
