@@ -35,8 +35,8 @@ Wiring an operation is one line at the end of _api.py::
 ``trees``: the names of the array arguments (default ``("x",)``; sendrecv:
 ``("sendbuf", "recvbuf")``, whose dtype groups pair up); ``rows``: False,
 True, or a function ``(comm_info, arguments) -> bool`` (``scatter``: rows on
-the root only). A single array (not a pytree) goes straight to the
-operation, untouched.
+the root only); ``result=False`` for an op that returns None (``send``). A
+single array (not a pytree) goes straight to the operation, untouched.
 """
 
 from __future__ import annotations
@@ -62,6 +62,7 @@ class Spec:
 
     trees: tuple = ("x",)
     rows: object = False  # bool, or (CommInfo, bound arguments) -> bool
+    result: bool = True  # False: the op returns None (send)
 
 
 _ARRAYS = (jax.Array, np.ndarray, np.generic, int, float, complex)
@@ -177,10 +178,9 @@ def _call_tree(op, spec: Spec, sig, args, kwargs):
         return _call_pair(op, fn, spec, bound, trees)
     treedef, groups, n = trees[0]
     if not groups:  # an empty tree: nothing to communicate
-        return jax.tree_util.tree_unflatten(treedef, [])
+        return jax.tree_util.tree_unflatten(treedef, []) if spec.result else None
+    _check_source(fn, a, groups)
     packed = [g.pack() for g in groups]
-    if fn == "recv" and len(groups) > 1 and a.get("source") == MPI.ANY_SOURCE:
-        raise ValueError(_any_source_message(fn, groups))
     outs = []
     for g, buf in zip(groups, packed):
         a[spec.trees[0]] = buf
@@ -189,6 +189,13 @@ def _call_tree(op, spec: Spec, sig, args, kwargs):
         return None
     return _rebuild(treedef, n, groups,
                     [g.unpack(o, b) for g, o, b in zip(groups, outs, packed)])
+
+
+def _check_source(fn, a, groups):
+    source = a.get("source")
+    if (len(groups) > 1 and isinstance(source, int)
+            and source == MPI.ANY_SOURCE):
+        raise ValueError(_any_source_message(fn, groups))
 
 
 def _any_source_message(fn, groups):
@@ -215,8 +222,7 @@ def _call_pair(op, fn, spec, bound, trees):
             f"{rname}: {rd or 'no leaves'}")
     if not rgroups:
         return jax.tree_util.tree_unflatten(rdef, [])
-    if len(rgroups) > 1 and a.get("source") == MPI.ANY_SOURCE:
-        raise ValueError(_any_source_message(fn, rgroups))
+    _check_source(fn, a, rgroups)
     outs = []
     for sg, rg in zip(sgroups, rgroups):
         a[sname], a[rname] = sg.pack(), rg.pack()
@@ -299,10 +305,10 @@ def _doc(doc: str, spec: Spec) -> str:
         "            token is named as such)", doc)
 
 
-def wrap(op, *, trees=("x",), rows=False):
+def wrap(op, *, trees=("x",), rows=False, result=True):
     """``op`` (a single-array operation of _api) taking pytrees of arrays
     for the arguments named in ``trees``; see the module docstring."""
-    spec = Spec(tuple(trees), rows)
+    spec = Spec(tuple(trees), rows, result)
     sig = inspect.signature(op)
     positions = {name: i for i, name in enumerate(sig.parameters)}
 

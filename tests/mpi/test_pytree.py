@@ -161,6 +161,8 @@ def test_eager_and_token_api():
     assert int(floats[1]) == SIZE * (SIZE - 1) // 2
     assert mpx.allreduce({}, MPI.SUM) == {}
     assert mpx.allreduce([None, ()], MPI.SUM) == [None, ()]
+    assert mpx.send({}, P2P_DEST) is None
+    assert jaxmpi._validate.is_token(jaxmpi.send({}, P2P_DEST))
 
 
 try:
