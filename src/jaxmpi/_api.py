@@ -820,3 +820,21 @@ __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast",
            "gather", "neighbor_exchange", "recv", "reduce", "scan",
            "scatter", "send", "sendrecv", "has_cuda_support"]
 OPERATIONS = tuple(n for n in __all__ if n != "has_cuda_support")
+
+
+# ---- pytrees (_pytree.py): one line per operation ---------------------------
+# rows=True: the leaves of x keep their leading (rank or row) axis when packed;
+# trees: the pytree arguments (default ("x",)).
+from . import _pytree  # noqa: E402
+
+allreduce = _pytree.wrap(allreduce)
+reduce = _pytree.wrap(reduce)
+scan = _pytree.wrap(scan)
+bcast = _pytree.wrap(bcast)
+gather = _pytree.wrap(gather)
+scatter = _pytree.wrap(scatter, rows=_pytree.rows_on_root)
+allgather = _pytree.wrap(allgather)
+alltoall = _pytree.wrap(alltoall, rows=True)
+send = _pytree.wrap(send, result=False)
+recv = _pytree.wrap(recv)
+sendrecv = _pytree.wrap(sendrecv, trees=("sendbuf", "recvbuf"))

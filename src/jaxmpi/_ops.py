@@ -259,7 +259,8 @@ def _allreduce_jvp(primals, tangents, *, comm, op, adjoint):
     else:
         raise NotImplementedError(
             f"jaxmpi.allreduce: derivatives are defined for MPI.SUM, MPI.PROD, "
-            f"MPI.MAX and MPI.MIN, not {op}"
+            f"MPI.MAX and MPI.MIN, not {op} (mpi4jax: The adjoint of "
+            "allreduce is only defined for op=MPI.SUM)"
         )
     return [y], [dy]
 
@@ -267,7 +268,9 @@ def _allreduce_jvp(primals, tangents, *, comm, op, adjoint):
 def _allreduce_transpose(cts, x, *, comm, op, adjoint):
     if op.name != "SUM":
         raise NotImplementedError(
-            f"jaxmpi.allreduce: {op} is not linear; transpose needs MPI.SUM")
+            f"jaxmpi.allreduce: {op} is not linear; transpose needs MPI.SUM "
+            "(mpi4jax: The linear transpose of allreduce is only defined for "
+            "op=MPI.SUM)")
     (ct,) = cts
     ct = _ct(ct, x)
     if adjoint == "sum":

@@ -82,15 +82,18 @@ def comm_info(comm, fn: str) -> CommInfo:
         raise TypeError(
             f"{fn}: comm must be an mpi4py intracommunicator (MPI.Intracomm) or "
             f"None, got {type(comm).__name__}: {comm!r}"
+            + mpi4jax_type(fn, "comm", MPI4JAX_COMM_TYPES, comm)
         )
     if comm == MPI.COMM_NULL:
         raise TypeError(
             f"{fn}: comm is MPI.COMM_NULL (a null or freed communicator)"
+            + mpi4jax_type(fn, "comm", MPI4JAX_COMM_TYPES, comm)
         )
     if isinstance(comm, MPI.Intercomm) or comm.Is_inter():
         raise TypeError(
             f"{fn}: comm is an intercommunicator; jaxmpi supports "
             "intracommunicators only (use Intercomm.Merge())"
+            + mpi4jax_type(fn, "comm", MPI4JAX_COMM_TYPES, comm)
         )
     # Handles are recycled after Comm.Free(), so nothing is cached by handle.
     # MPI errors come back as error codes (then Python exceptions), never as
@@ -144,12 +147,17 @@ def _not_an_array(x, fn: str, name: str) -> None:
             x is not None and not isinstance(x, (str, bytes))
             and not jax.tree_util.treedef_is_leaf(
                 jax.tree_util.tree_structure(x))):
+        # The blocking operations take pytrees (_pytree.py) before they
+        # get here; the non-blocking ones and neighbor_exchange's buffers
+        # take one array each.
         raise TypeError(
-            f"{what}. jaxmpi operations take one array; pytrees (lists, "
-            "tuples, dicts, dataclasses) are not supported yet: call the "
-            "operation once per leaf, e.g. jax.tree.map(lambda a: "
-            f"jaxmpi.notoken.{fn}(a, ...), tree), or stack the leaves into "
-            "one array first (jnp.stack)"
+            f"{what}. {fn} takes one array here; pytrees (lists, tuples, "
+            "dicts, dataclasses) are accepted by the blocking operations "
+            "(jaxmpi.notoken.allreduce, bcast, ..., sendrecv: one MPI call "
+            "per dtype), not by the non-blocking ones or neighbor_exchange's "
+            "buffers: call it once per leaf, e.g. jax.tree.map(lambda a: "
+            f"jaxmpi.notoken.{fn}(a, ...), tree), or use the blocking "
+            "operation"
         )
 
 
@@ -197,9 +205,10 @@ def array(x, fn: str, name: str = "x"):
         _not_an_array(x, fn, name)
         dtype = getattr(x, "dtype", None)
         if isinstance(dtype, np.dtype) and dtype not in _dtypes.XLA_TYPE:
-            raise TypeError(
+            raise UnsupportedDtypeError(
                 f"{fn}: {name} has dtype {dtype}, which jaxmpi does not "
                 f"support; supported: {_dtypes.supported_names()}"
+                f" (mpi4jax: Unknown MPI type for dtype {dtype.name})"
             )
         try:
             arr = jnp.asarray(x)
@@ -210,9 +219,10 @@ def array(x, fn: str, name: str = "x"):
             ) from e
     dtype = np.dtype(arr.dtype)
     if dtype not in _dtypes.XLA_TYPE:
-        raise TypeError(
+        raise UnsupportedDtypeError(
             f"{fn}: {name} has dtype {dtype}, which jaxmpi does not support; "
             f"supported: {_dtypes.supported_names()}"
+            f" (mpi4jax: Unknown MPI type for dtype {dtype.name})"
         )
     return arr
 
@@ -224,13 +234,14 @@ def static_int(value, fn: str, name: str) -> int:
             f"({value!r}). Ranks, roots and tags decide which MPI call is made, "
             "so they must be known when the function is traced: pass it via "
             "jax.jit(f, static_argnums=...) or static_argnames=..., or close "
-            "over it."
+            "over it." + mpi4jax_type(fn, name, "integer", value)
         )
     if isinstance(value, (bool, np.bool_)) or not isinstance(
         value, (numbers.Integral, np.integer)
     ):
         raise TypeError(
             f"{fn}: {name} must be an int, got {type(value).__name__}: {value!r}"
+            + mpi4jax_type(fn, name, "integer", value)
         )
     return int(value)
 
@@ -279,6 +290,7 @@ def reduction_op(op, dtype, fn: str, half_ops) -> OpInfo:
         raise TypeError(
             f"{fn}: op must be an mpi4py reduction op such as MPI.SUM, got "
             f"{type(op).__name__}: {op!r}"
+            + mpi4jax_type(fn, "op", MPI4JAX_OP_TYPES, op)
         )
     if op == MPI.OP_NULL:
         raise TypeError(f"{fn}: op is MPI.OP_NULL (a null or freed op)")
@@ -304,6 +316,7 @@ def status_arg(status, fn: str) -> int:
         raise TypeError(
             f"{fn}: status must be an mpi4py MPI.Status or None, got "
             f"{type(status).__name__}: {status!r}"
+            + mpi4jax_type(fn, "status", MPI4JAX_STATUS_TYPES, status)
         )
     _kept_alive.append(status)  # compiled code writes into it, keep it alive
     return MPI._addressof(status)
@@ -327,6 +340,7 @@ def token_arg(token, fn: str):
             f"{fn}: token must be a token returned by a jaxmpi call (or by "
             f"jax.lax.create_token()), or None; got {type(token).__name__}: "
             f"{_short(token)}{hint}"
+            + mpi4jax_type(fn, "token", MPI4JAX_TOKEN_TYPES, token)
         )
     return token
 
@@ -336,4 +350,38 @@ def leading_dim(x, fn: str, name: str, size: int) -> None:
         raise ValueError(
             f"{fn}: {name} must have leading dimension equal to the "
             f"communicator size {size}, got shape {tuple(x.shape)}"
+            + MPI4JAX_LEADING_DIM.get(fn, "")
         )
+
+
+# ---- mpi4jax's wording (issue 12, item 7) -----------------------------------
+# Where mpi4jax raises for a misuse, jaxmpi raises the same exception type and
+# its message ends with mpi4jax's words, so code matching mpi4jax's messages
+# keeps working. The type checks are mpi4jax's @enforce_types
+# (mpi4jax/_src/validation.py): "<fn> got unexpected type for argument
+# "<arg>" (expected: <types>, got: <type(value)>)." and, for a tracer, its
+# static_argnums hint; <types> as mpi4jax prints them.
+MPI4JAX_COMM_TYPES = "['NoneType', 'Intracomm', 'HashableMPIType']"
+MPI4JAX_OP_TYPES = "['Op', 'HashableMPIType']"
+MPI4JAX_STATUS_TYPES = "['NoneType', 'Status', 'HashableMPIType']"
+MPI4JAX_TOKEN_TYPES = "['NoneType', 'Token', 'Tracer']"  # mpi4jax < 0.8
+MPI4JAX_TRACER_HINT = (
+    "\n\nAn abstract tracer was passed where a concrete value is expected. "
+    "Try using the static_argnums argument of jax.jit.")
+MPI4JAX_LEADING_DIM = {
+    "scatter": " (mpi4jax: Scatter input must have shape (nproc, ...))",
+    "alltoall": " (mpi4jax: Alltoall input must have shape (nproc, ...))",
+}
+
+
+def mpi4jax_type(fn: str, arg: str, expected: str, value) -> str:
+    """mpi4jax's words for an argument of the wrong type, to append."""
+    hint = MPI4JAX_TRACER_HINT if isinstance(value, jax.core.Tracer) else ""
+    return (f' (mpi4jax: {fn} got unexpected type for argument "{arg}" '
+            f"(expected: {expected}, got: {type(value)}).{hint})")
+
+
+class UnsupportedDtypeError(TypeError, RuntimeError):
+    """An array of a dtype jaxmpi has no MPI datatype for. A TypeError (a
+    wrong argument), and a RuntimeError as mpi4jax raises for it ("Unknown
+    MPI type for dtype ...")."""

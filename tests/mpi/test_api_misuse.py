@@ -1,8 +1,9 @@
 """Mistakes a user porting mpi4jax code makes, each with jaxmpi's own clear
 error on every rank before any MPI call: a token-API result (a ``(result,
 token)`` pair) or a bare token used as an array, a pytree (list, tuple,
-dict) where one array is expected; and the import paths of every mpi4jax
-generation. Arrays on several devices are tested in tests/launch
+dict) where one array is still expected (the non-blocking operations,
+neighbor_exchange's buffers; the blocking operations take pytrees); and the
+import paths of every mpi4jax generation. Arrays on several devices are tested in tests/launch
 (test_usability.py): this suite runs with one device per process."""
 
 import dataclasses
@@ -125,25 +126,52 @@ PYTREES = {
 }
 
 
+# The blocking operations take pytrees (tests/mpi/test_pytree.py); these
+# take one array per argument, and say so.
+ONE_ARRAY = {
+    "neighbor_exchange.sendbufs[1]": CALLS["neighbor_exchange.sendbufs[1]"],
+    "neighbor_exchange.recvbufs[0]": CALLS["neighbor_exchange.recvbufs[0]"],
+    "iallreduce": lambda bad: mpx.iallreduce(bad, MPI.SUM),
+    "ibcast": lambda bad: mpx.ibcast(bad, 0),
+    "isendrecv.recvbuf": lambda bad: mpx.isendrecv(X, bad, MPI.PROC_NULL,
+                                                   MPI.PROC_NULL),
+}
+ARG["isendrecv.recvbuf"] = "recvbuf"
+
+
 @pytest.mark.parametrize("tree", list(PYTREES))
-@pytest.mark.parametrize("where", list(CALLS))
-def test_pytree_rejected(where, tree):
-    """Today allreduce([a, a]) would silently stack into one (2, n) array and
-    allreduce(dict) leak NumPy's 'entry not a 2- or 3- tuple'."""
+@pytest.mark.parametrize("where", list(ONE_ARRAY))
+def test_pytree_rejected_where_one_array(where, tree):
+    """Before pytrees, allreduce([a, a]) would silently stack into one
+    (2, n) array and allreduce(dict) leak NumPy's 'entry not a 2- or 3-
+    tuple'; where one array is still the rule, the error says so."""
     fn, arg = _fn_arg(where)
     value, type_name = PYTREES[tree]
     with pytest.raises(TypeError, match=(
-            rf"^{fn}: {arg} must be an array, got {type_name}: .*jaxmpi "
-            r"operations take one array; pytrees \(lists, tuples, dicts, "
-            r"dataclasses\) are not supported yet: call the operation once "
-            r"per leaf, e.g. jax.tree.map")):
-        CALLS[where](value)
+            rf"^{fn}: {arg} must be an array, got {type_name}: .*{fn} takes "
+            r"one array here; pytrees \(lists, tuples, dicts, dataclasses\) "
+            r"are accepted by the blocking operations .*call it once per "
+            r"leaf, e.g. jax.tree.map")):
+        ONE_ARRAY[where](value)
 
 
 def test_pytree_rejected_under_jit():
-    with pytest.raises(TypeError, match=r"^allreduce: x must be an array, "
-                       r"got list: \[(\w*Tracer|Traced<).*pytrees"):
-        jax.jit(lambda x: mpx.allreduce([x, x], MPI.SUM))(X)
+    with pytest.raises(TypeError, match=r"^neighbor_exchange: sendbufs\[0\] "
+                       r"must be an array, got list: \[(\w*Tracer|Traced<)"
+                       r".*pytrees"):
+        jax.jit(lambda x: mpx.neighbor_exchange(
+            [[x, x]], [x], [LEFT], [RIGHT]))(X)
+
+
+def test_pytree_accepted_by_blocking_ops():
+    """What used to be rejected is a pytree now: a list of two arrays is
+    two arrays back (not one stacked (2, n) array)."""
+    y = mpx.allreduce([X, 2 * X], MPI.SUM)
+    ref = sum(np.arange(SIZE * 2, dtype=np.float32).reshape(SIZE, 2) + r
+              for r in range(SIZE))
+    assert isinstance(y, list) and len(y) == 2
+    np.testing.assert_array_equal(np.asarray(y[0]), ref)
+    np.testing.assert_array_equal(np.asarray(y[1]), 2 * ref)
 
 
 def test_arrays_and_scalars_still_accepted():

@@ -1,0 +1,337 @@
+"""Pytrees of arrays in every operation, as one generic layer.
+
+``allreduce(grads, MPI.SUM)`` with ``grads`` a model's parameter tree makes
+one MPI call per dtype, not one per leaf: the leaves of each dtype are
+flattened and concatenated into one buffer, the single-array operation runs
+on it, and the result is split and reshaped back into the tree. A model of
+100 float32 leaves is one MPI_Allreduce. Everything the single-array
+operation has (validation, JVP and transpose, batching, the token API,
+``JAXMPI_CHECK``) carries over, because the packing is plain JAX
+(``ravel``, ``concatenate``, slicing): it is differentiated and batched by
+JAX, and the MPI call is the op's own primitive.
+
+Packing per dtype (not one byte buffer for all dtypes) keeps reductions
+exact (MPI reduces typed data) and keeps gradients: a bitcast to bytes has
+no derivative.
+
+Two layouts of an array argument (``rows`` in the op's ``Spec``):
+
+* flat: each leaf is raveled; the buffer is 1-D, the concatenation;
+* rows: the leaves keep their leading axis (the rank axis of ``scatter``'s
+  and ``alltoall``'s inputs, the row axis of the v-forms' counts) and their
+  remaining axes are flattened: the buffer is ``(rows, total)``, the leaves
+  concatenated along axis 1.
+
+The result's layout follows from its rank: a 2-D result of a flat buffer
+(``allgather``, ``gather`` on the root) gained a leading axis, which each
+leaf keeps; a 1-D result of a rows buffer (``scatter``) lost it; a 2-D
+result of a rows buffer (``alltoall``, the v-forms) keeps a leading axis,
+whose length may differ from the input's (``counts``).
+
+Wiring an operation is one line at the end of _api.py::
+
+    reduce_scatter = _pytree.wrap(reduce_scatter, rows=True)
+
+``trees``: the names of the array arguments (default ``("x",)``; sendrecv:
+``("sendbuf", "recvbuf")``, whose dtype groups pair up); ``rows``: False,
+True, or a function ``(comm_info, arguments) -> bool`` (``scatter``: rows on
+the root only); ``result=False`` for an op that returns None (``send``). A
+single array (not a pytree) goes straight to the operation, untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import textwrap
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from mpi4py import MPI
+
+from . import _jax_compat as _jcore
+from . import _validate as v
+
+
+@dataclass(frozen=True)
+class Spec:
+    """How an operation's array arguments are packed (see the module doc)."""
+
+    trees: tuple = ("x",)
+    rows: object = False  # bool, or (CommInfo, bound arguments) -> bool
+    result: bool = True  # False: the op returns None (send)
+
+
+_ARRAYS = (jax.Array, np.ndarray, np.generic, int, float, complex)
+
+
+def _is_single(x) -> bool:
+    """x goes to the operation as it is: an array, a scalar, a token, or
+    anything else that is one leaf (the operation then names what is
+    wrong). A (result, token) pair is sent there too, for its message."""
+    # The common case first: one array costs two isinstance checks here
+    # (the eager direct path of a 4-byte allreduce takes a few us).
+    if isinstance(x, _ARRAYS) or x is None or isinstance(x, (str, bytes)):
+        return True
+    if isinstance(x, (tuple, list)) and any(map(v.is_token, x)):
+        return True
+    treedef = jax.tree_util.tree_structure(x)
+    # An empty container ({}, ()) is a tree of no leaves, not an array.
+    return treedef.num_nodes == 1 and treedef.num_leaves == 1
+
+
+@dataclass
+class _Group:
+    """The leaves of one dtype of one tree argument."""
+
+    dtype: np.dtype
+    index: list  # positions of the leaves in the flattened tree
+    leaves: list
+    rows: bool
+
+    def inner(self, leaf):
+        return tuple(leaf.shape[1:]) if self.rows else tuple(leaf.shape)
+
+    def pack(self):
+        if len(self.leaves) == 1 and not self.rows:
+            return jnp.ravel(self.leaves[0])
+        if self.rows:
+            n = self.leaves[0].shape[0]
+            parts = [jnp.reshape(a, (n, int(np.prod(a.shape[1:], dtype=int))))
+                     for a in self.leaves]
+            return jnp.concatenate(parts, axis=1)
+        return jnp.concatenate([jnp.ravel(a) for a in self.leaves])
+
+    def unpack(self, out, packed):
+        """The result leaves of the buffer ``out`` (the op's result for
+        ``packed``)."""
+        if out is packed:  # passed through eagerly: x itself, as for one array
+            return list(self.leaves)
+        sizes = [int(np.prod(self.inner(a), dtype=int)) for a in self.leaves]
+        offsets = np.cumsum([0] + sizes)
+        res = []
+        for leaf, start, stop in zip(self.leaves, offsets[:-1], offsets[1:]):
+            if out.ndim == 2:
+                piece = out[:, int(start):int(stop)]
+                res.append(jnp.reshape(piece,
+                                       (out.shape[0], *self.inner(leaf))))
+            else:
+                res.append(jnp.reshape(out[int(start):int(stop)],
+                                       self.inner(leaf)))
+        return res
+
+
+def _groups(tree, fn: str, name: str, rows: bool):
+    """(treedef, [groups] in dtype-name order) of one pytree argument, each
+    leaf checked as the single-array operation checks its argument, named by
+    its path (``x['w'][0]``)."""
+    paths, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    leaves = []
+    for path, leaf in paths:
+        where = f"{name}{jax.tree_util.keystr(path)}"
+        arr = v.array(leaf, fn, where)
+        if rows and arr.ndim == 0:
+            raise ValueError(
+                f"{fn}: {where} is a scalar, but the leaves of {name} need a "
+                f"leading axis here (the rank axis), got shape ()")
+        leaves.append((where, arr))
+    if rows and leaves:
+        leads = {arr.shape[0] for _, arr in leaves}
+        if len(leads) > 1:
+            shapes = ", ".join(f"{w} {tuple(a.shape)}" for w, a in leaves)
+            raise ValueError(
+                f"{fn}: the leaves of {name} must have the same leading "
+                f"dimension (the rank axis), got {shapes}")
+    by_dtype: dict = {}
+    for i, (_, arr) in enumerate(leaves):
+        g = by_dtype.setdefault(np.dtype(arr.dtype),
+                                _Group(np.dtype(arr.dtype), [], [], rows))
+        g.index.append(i)
+        g.leaves.append(arr)
+    # The same order on every rank whatever the order of the leaves: the
+    # dtype's name.
+    return treedef, [by_dtype[d] for d in sorted(by_dtype, key=str)], len(
+        leaves)
+
+
+def _rebuild(treedef, n, groups, outs):
+    leaves = [None] * n
+    for g, res in zip(groups, outs):
+        for i, leaf in zip(g.index, res):
+            leaves[i] = leaf
+    return jax.tree_util.tree_unflatten(treedef, leaves)
+
+
+def _call_tree(op, spec: Spec, sig, args, kwargs):
+    fn = op.__name__
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    info = v.comm_info(a.get("comm"), fn)
+    rows = spec.rows(info, a) if callable(spec.rows) else bool(spec.rows)
+    trees = [_groups(a[t], fn, t, rows and i == 0)
+             for i, t in enumerate(spec.trees)]
+    if len(trees) == 2:
+        return _call_pair(op, fn, spec, bound, trees)
+    treedef, groups, n = trees[0]
+    if not groups:  # an empty tree: nothing to communicate
+        return jax.tree_util.tree_unflatten(treedef, []) if spec.result else None
+    _check_source(fn, a, groups)
+    packed = [g.pack() for g in groups]
+    outs = []
+    for g, buf in zip(groups, packed):
+        a[spec.trees[0]] = buf
+        outs.append(op(*bound.args, **bound.kwargs))
+    if all(o is None for o in outs):  # send
+        return None
+    return _rebuild(treedef, n, groups,
+                    [g.unpack(o, b) for g, o, b in zip(groups, outs, packed)])
+
+
+def _check_source(fn, a, groups):
+    source = a.get("source")
+    if (len(groups) > 1 and isinstance(source, int)
+            and source == MPI.ANY_SOURCE):
+        raise ValueError(_any_source_message(fn, groups))
+
+
+def _any_source_message(fn, groups):
+    return (
+        f"{fn}: a pytree of {len(groups)} dtypes "
+        f"({', '.join(str(g.dtype) for g in groups)}) is received as one "
+        "message per dtype; from MPI.ANY_SOURCE these could come from "
+        "different ranks. Name the source rank, or receive one dtype per "
+        "call")
+
+
+def _call_pair(op, fn, spec, bound, trees):
+    """sendrecv: the send tree's and the receive template's groups pair up
+    by dtype, one MPI_Sendrecv per dtype."""
+    (_, sgroups, _), (rdef, rgroups, n) = trees
+    sname, rname = spec.trees
+    a = bound.arguments
+    sd = [str(g.dtype) for g in sgroups]
+    rd = [str(g.dtype) for g in rgroups]
+    if sd != rd:
+        raise ValueError(
+            f"{fn}: {sname} and {rname} must hold leaves of the same dtypes "
+            f"(one message per dtype), got {sname}: {sd or 'no leaves'}, "
+            f"{rname}: {rd or 'no leaves'}")
+    if not rgroups:
+        return jax.tree_util.tree_unflatten(rdef, [])
+    _check_source(fn, a, rgroups)
+    outs = []
+    for sg, rg in zip(sgroups, rgroups):
+        a[sname], a[rname] = sg.pack(), rg.pack()
+        outs.append(rg.unpack(op(*bound.args, **bound.kwargs), None))
+    return _rebuild(rdef, n, rgroups, outs)
+
+
+# Eager calls: the packing, the MPI calls and the unpacking of a tree run as
+# one jitted computation, cached per operation and non-array arguments (JAX
+# caches per tree structure and leaf types), instead of a dispatch per ravel,
+# concatenate and slice (three per leaf). Unhashable arguments (comm, op,
+# status) are keyed by identity and kept alive by the cache, so an id is never
+# reused while its entry lives; a communicator's handle is part of the key
+# (a freed and re-created communicator is a new entry).
+_EAGER_CACHE: dict = {}
+_EAGER_CACHE_MAX = 256
+
+
+def _key(value):
+    try:
+        hash(value)
+    except TypeError:
+        handle = (MPI._handleof(value) if isinstance(value, (MPI.Comm, MPI.Op))
+                  else None)
+        return ("id", id(value), handle)
+    return ("value", type(value), value)
+
+
+def _eager(op, spec, sig, args, kwargs):
+    fn = op.__name__
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    # Errors exactly as under jit, raised here: leaves that JAX would refuse
+    # as arguments of a jitted function (strings, objects) are named.
+    info = v.comm_info(a.get("comm"), fn)
+    rows = spec.rows(info, a) if callable(spec.rows) else bool(spec.rows)
+    for i, t in enumerate(spec.trees):
+        _groups(a[t], fn, t, rows and i == 0)
+    v.token_arg(a.get("token"), fn)
+    others = {k: val for k, val in a.items() if k not in spec.trees}
+    # A concrete token outside any trace is already complete (as _api._join).
+    others.pop("token", None)
+    key = (op, tuple((k, _key(val)) for k, val in others.items()))
+    entry = _EAGER_CACHE.get(key)
+    if entry is None:
+        def run(*trees):
+            return _call_tree(op, spec, sig, (), {**others,
+                                                  **dict(zip(spec.trees, trees))})
+
+        if len(_EAGER_CACHE) >= _EAGER_CACHE_MAX:
+            _EAGER_CACHE.clear()
+        entry = _EAGER_CACHE[key] = (jax.jit(run), others)
+    return entry[0](*(a[t] for t in spec.trees))
+
+
+_DOC_RAISES = re.compile(r"\(a list,\s+tuple,\s+dict,\s+a ``\(result, token\)`` "
+                         r"pair or a token is\s+named as such\)")
+
+
+def _doc(doc: str, spec: Spec) -> str:
+    """The op's docstring with a paragraph on pytrees before its Args."""
+    names = " and ".join(f"``{t}``" for t in spec.trees)
+    what = "pytrees" if len(spec.trees) > 1 else "a pytree"
+    para = textwrap.fill(
+        f"Pytrees: {names} may be {what} of arrays (lists, tuples, dicts, "
+        "registered dataclasses; leaves of any dtypes and shapes); the "
+        "result has the same structure. The leaves of each dtype go in one "
+        "MPI call (flattened and concatenated), not one per leaf "
+        "(docs/apis.md, Pytrees). A leaf that is not an array is a "
+        "TypeError naming its path; leaves without a common leading axis "
+        "where the rank axis is needed, or send and receive trees of "
+        "different dtypes, a ValueError.", 76, initial_indent="    ",
+        subsequent_indent="    ") + "\n\n"
+    at = doc.find("    Args:")
+    if at >= 0:
+        doc = doc[:at] + para + doc[at:]
+    return _DOC_RAISES.sub(
+        "(a leaf that is not an array, a ``(result, token)`` pair or a\n"
+        "            token is named as such)", doc)
+
+
+def wrap(op, *, trees=("x",), rows=False, result=True):
+    """``op`` (a single-array operation of _api) taking pytrees of arrays
+    for the arguments named in ``trees``; see the module docstring."""
+    spec = Spec(tuple(trees), rows, result)
+    sig = inspect.signature(op)
+    positions = {name: i for i, name in enumerate(sig.parameters)}
+
+    @functools.wraps(op)
+    def wrapper(*args, **kwargs):
+        for t in spec.trees:
+            i = positions[t]
+            x = kwargs[t] if t in kwargs else args[i] if i < len(args) else None
+            if not _is_single(x):
+                if _jcore.trace_state_clean():
+                    return _eager(op, spec, sig, args, kwargs)
+                return _call_tree(op, spec, sig, args, kwargs)
+        return op(*args, **kwargs)
+
+    wrapper.__doc__ = _doc(op.__doc__ or "", spec)
+    wrapper.pytree_spec = spec
+    return wrapper
+
+
+def rows_on_root(info, arguments) -> bool:
+    """``scatter``: the root's x has the rank axis; the others' template
+    does not."""
+    root = arguments["root"]
+    # A root of the wrong type is the operation's error to raise.
+    return (isinstance(root, (int, np.integer)) and not isinstance(root, bool)
+            and info.rank == root)
