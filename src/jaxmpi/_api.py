@@ -18,6 +18,7 @@ from . import _core
 from . import _eager
 from . import _jax_compat as _jcore
 from . import _ops
+from . import _pytree
 from . import _validate as v
 from ._nonblocking import check_no_leaks
 # ANY_SOURCE, ANY_TAG: the defaults that show their names in signatures
@@ -56,6 +57,7 @@ def _reduction(fn, x, op, comm, token):
     return info, x, opinfo
 
 
+@_pytree.tree_op()
 def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
     """Reduce ``x`` over all ranks with ``op``; every rank gets the result.
 
@@ -123,6 +125,7 @@ def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
     return _ops.allreduce_p.bind(x, comm=info, op=opinfo, adjoint=adjoint)[0]
 
 
+@_pytree.tree_op()
 def reduce(x, op, root, *, comm=None, token=None):
     """Reduce ``x`` over all ranks with ``op`` onto ``root``.
 
@@ -172,6 +175,7 @@ def reduce(x, op, root, *, comm=None, token=None):
     return y if info.rank == root else _passed_through(x, y)
 
 
+@_pytree.tree_op()
 def scan(x, op, *, comm=None, token=None):
     """Inclusive prefix reduction: rank r gets ``op`` over ranks 0..r.
 
@@ -218,6 +222,7 @@ def scan(x, op, *, comm=None, token=None):
     return _ops.scan_p.bind(x, comm=info, op=opinfo)[0]
 
 
+@_pytree.tree_op()
 def bcast(x, root, *, comm=None, token=None):
     """Broadcast the root's ``x`` to every rank.
 
@@ -267,6 +272,7 @@ def bcast(x, root, *, comm=None, token=None):
     return _passed_through(x, y) if info.rank == root else y
 
 
+@_pytree.tree_op()
 def gather(x, root, *, comm=None, token=None):
     """Gather every rank's ``x`` on the root, stacked along a new axis 0.
 
@@ -316,6 +322,7 @@ def gather(x, root, *, comm=None, token=None):
     return y if info.rank == root else _passed_through(x, y)
 
 
+@_pytree.tree_op(rows=_pytree.rows_on_root)
 def scatter(x, root, *, comm=None, token=None):
     """Scatter the root's ``x[r]`` to rank r.
 
@@ -371,6 +378,7 @@ def scatter(x, root, *, comm=None, token=None):
     return _ops.scatter_p.bind(x, comm=info, root=root)[0]
 
 
+@_pytree.tree_op()
 def allgather(x, *, comm=None, token=None):
     """Gather every rank's ``x`` on every rank.
 
@@ -417,6 +425,7 @@ def allgather(x, *, comm=None, token=None):
     return _ops.allgather_p.bind(x, comm=info)[0]
 
 
+@_pytree.tree_op(rows=True)
 def alltoall(x, *, comm=None, token=None):
     """Rank i sends ``x[j]`` to rank j and receives rank j's ``x[i]`` into
     ``result[j]``.
@@ -505,6 +514,7 @@ def barrier(*, comm=None, token=None):
     _ops.barrier_p.bind(comm=info)
 
 
+@_pytree.tree_op(result=False)
 def send(x, dest, *, tag=0, comm=None, token=None):
     """Send ``x`` to rank ``dest``.
 
@@ -561,6 +571,7 @@ def send(x, dest, *, tag=0, comm=None, token=None):
     _ops.send_p.bind(x, comm=info, dest=dest, tag=tag)
 
 
+@_pytree.tree_op()
 def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
          token=None):
     """Receive an array of ``x``'s shape and dtype from rank ``source``.
@@ -625,6 +636,7 @@ def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
                             status=addr)[0]
 
 
+@_pytree.tree_op(trees=("sendbuf", "recvbuf"))
 def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
              comm=None, status=None, token=None):
     """Send ``sendbuf`` to ``dest`` and receive an array of ``recvbuf``'s
@@ -821,20 +833,3 @@ __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast",
            "scatter", "send", "sendrecv", "has_cuda_support"]
 OPERATIONS = tuple(n for n in __all__ if n != "has_cuda_support")
 
-
-# ---- pytrees (_pytree.py): one line per operation ---------------------------
-# rows=True: the leaves of x keep their leading (rank or row) axis when packed;
-# trees: the pytree arguments (default ("x",)).
-from . import _pytree  # noqa: E402
-
-allreduce = _pytree.wrap(allreduce)
-reduce = _pytree.wrap(reduce)
-scan = _pytree.wrap(scan)
-bcast = _pytree.wrap(bcast)
-gather = _pytree.wrap(gather)
-scatter = _pytree.wrap(scatter, rows=_pytree.rows_on_root)
-allgather = _pytree.wrap(allgather)
-alltoall = _pytree.wrap(alltoall, rows=True)
-send = _pytree.wrap(send, result=False)
-recv = _pytree.wrap(recv)
-sendrecv = _pytree.wrap(sendrecv, trees=("sendbuf", "recvbuf"))

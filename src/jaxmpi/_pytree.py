@@ -328,6 +328,13 @@ def wrap(op, *, trees=("x",), rows=False, result=True):
     return wrapper
 
 
+def tree_op(*, trees=("x",), rows=False, result=True):
+    """The decorator form of ``wrap``: ``@tree_op(rows=True)`` above an
+    operation of _api (one line per operation; see the module docstring
+    for ``trees``, ``rows`` and ``result``)."""
+    return functools.partial(wrap, trees=trees, rows=rows, result=result)
+
+
 def rows_on_root(info, arguments) -> bool:
     """``scatter``: the root's x has the rank axis; the others' template
     does not."""
