@@ -1,5 +1,6 @@
 """Shallow-water benchmark: mpi4jax against jaxmpi (plain sendrecv halo
-exchange, and the fused neighbor_exchange), same model, grid and steps.
+exchange, the hand-written fused neighbor_exchange, and halo_exchange), same
+model, grid and steps.
 
     python benchmarks/shallow_water.py                 # 2 ranks, 3600 x 1800, 0.01 days, 3 repeats
     python benchmarks/shallow_water.py --days 0.1 --repeats 5
@@ -39,6 +40,7 @@ CONFIGS = {
     "mpi4jax": ["--backend", "mpi4jax", "--exchange", "sendrecv"],
     "jaxmpi-sendrecv": ["--backend", "jaxmpi", "--exchange", "sendrecv"],
     "jaxmpi-fused": ["--backend", "jaxmpi", "--exchange", "fused"],
+    "jaxmpi-halo": ["--backend", "jaxmpi", "--exchange", "halo"],
 }
 
 
@@ -47,6 +49,7 @@ def available(name):
         "mpi4jax": "import mpi4jax",
         "jaxmpi-sendrecv": "import jaxmpi.notoken",
         "jaxmpi-fused": "import jaxmpi.notoken as m; assert hasattr(m, 'neighbor_exchange')",
+        "jaxmpi-halo": "import jaxmpi.notoken as m; assert hasattr(m, 'halo_exchange')",
     }[name]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     return subprocess.run([sys.executable, "-c", code], env=env,
@@ -93,7 +96,7 @@ def main():
     names = [n for n in args.configs if available(n)]
     for n in args.configs:
         if n not in names:
-            print(f"skipping {n}: its library (or neighbor_exchange) is not installed")
+            print(f"skipping {n}: its library (or the exchange) is not installed")
     if not names:
         return 1
     print(f"shallow water {args.grid[0]} x {args.grid[1]}, {args.days:g} model days, "
@@ -106,13 +109,15 @@ def main():
             print(f"  repeat {r + 1}: {n:16s} {t:8.2f} s  ({steps} steps)", flush=True)
 
     print(f"\n{'configuration':16s} {'median s':>9s} {'min s':>8s} {'max s':>8s} "
-          f"{'ms/step':>8s} {'vs mpi4jax':>10s}")
+          f"{'ms/step':>8s} {'vs mpi4jax':>10s} {'vs fused':>9s}")
     ref = statistics.median(times["mpi4jax"]) if "mpi4jax" in times else None
+    fused = statistics.median(times["jaxmpi-fused"]) if "jaxmpi-fused" in times else None
     for n in names:
         med = statistics.median(times[n])
         ratio = f"{med / ref:10.3f}" if ref else f"{'-':>10s}"
+        vs_fused = f"{med / fused:9.3f}" if fused else f"{'-':>9s}"
         print(f"{n:16s} {med:9.2f} {min(times[n]):8.2f} {max(times[n]):8.2f} "
-              f"{1e3 * med / steps:8.2f} {ratio}")
+              f"{1e3 * med / steps:8.2f} {ratio} {vs_fused}")
     return 0
 
 

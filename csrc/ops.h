@@ -48,6 +48,8 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
     JM_A(comm) | JM_A(source) | JM_A(dest) | JM_A(sendtag) | JM_A(recvtag) |   \
         JM_A(status))                                                          \
   X(neighbor_exchange, JM_VARIADIC, JM_VARIADIC, 0,                            \
+    JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))                      \
+  X(neighbor_alltoallv, JM_VARIADIC, JM_VARIADIC, 0,                           \
     JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
 
 /* Non-blocking starts (request.c), XLA:CPU only. Result 0 is the request's

@@ -243,3 +243,59 @@ XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
   }
   return NULL;
 }
+
+/* neighbor_alltoallv: result i is received from sources[i], argument j is
+ * sent to dests[j], every message with the one tag `tag` (the lists may
+ * differ in length: a distributed graph's in- and out-degrees). MPI's
+ * non-overtaking order matches the k-th message from a rank to a peer with
+ * the peer's k-th receive from that rank, as MPI_Neighbor_alltoallv matches
+ * the edges of a multigraph in the order they were given. Every receive is
+ * posted, then every send, then one wait. */
+XLA_FFI_Error *jm_run_neighbor_alltoallv(jm_call *c) {
+  const int nr = c->nrets, ns = c->nargs;
+  JM_EXPECT(c, c->nsources == nr && c->ndests == ns,
+            "%d results with %d sources, %d send buffers with %d dests", nr,
+            c->nsources, ns, c->ndests);
+  JM_EXPECT(c, c->tag >= 0, "tag %d is not a valid MPI tag", c->tag);
+  jm_Request reqs[2 * JM_MAX_BUFFERS];
+  jm_Status st[2 * JM_MAX_BUFFERS];
+  memset(st, 0, sizeof st);
+  for (int k = 0; k < nr + ns; k++) {
+    const int recv = k < nr;
+    jm_buffer *b = recv ? &c->ret[k] : &c->arg[k - nr];
+    const int peer = recv ? c->sources[k] : c->dests[k - nr];
+    double t0 = jm_log_start();
+    int rc = recv ? jm_Irecv(b->data, b->count, b->elsize, b->mpi, peer,
+                             c->tag, c->comm, &reqs[k])
+                  : jm_Isend(b->data, b->count, b->elsize, b->mpi, peer,
+                             c->tag, c->comm, &reqs[k]);
+    if (jm_cfg.debug)
+      jm_log(c, recv ? "MPI_Irecv" : "MPI_Isend", recv ? "source" : "dest",
+             peer, b->count, b->dtype, t0);
+    if (rc) {
+      abandon(reqs, recv ? k : nr, reqs + nr, recv ? 0 : k - nr);
+      return jm_mpi_failure(c, recv ? "MPI_Irecv" : "MPI_Isend",
+                            recv ? "source" : "dest", peer, rc);
+    }
+  }
+  double t0 = jm_log_start();
+  int rc = jm_waitall(nr + ns, reqs, st, nr);
+  if (jm_cfg.debug) jm_log(c, "MPI_Waitall", NULL, 0, nr + ns, -1, t0);
+  if (rc == JM_ERR_TIMEOUT) return jm_mpi_failure(c, "MPI_Waitall", NULL, 0, rc);
+  if (rc) {
+    for (int k = 0; k < nr + ns; k++) {
+      if (st[k].MPI_ERROR == 0) continue;
+      const int recv = k < nr;
+      return jm_mpi_failure(
+          c, recv ? "MPI_Waitall (receive)" : "MPI_Waitall (send)",
+          recv ? "source" : "dest",
+          recv ? c->sources[k] : c->dests[k - nr], st[k].MPI_ERROR);
+    }
+    return jm_mpi_failure(c, "MPI_Waitall", NULL, 0, rc);
+  }
+  for (int i = 0; i < nr; i++) {
+    XLA_FFI_Error *err = jm_check_received(c, &c->ret[i], &st[i]);
+    if (err) return err;
+  }
+  return NULL;
+}

@@ -23,8 +23,12 @@ a one-cell halo. The stencils are arranged so that a single halo exchange of
 lax.fori_loop, so Python is out of the loop and MPI is called from inside the
 compiled program. The halo exchange is either
 
-  * fused: one jaxmpi.notoken.neighbor_exchange call per step that posts
-    every message (4 sides and 4 corners, all three fields) at once, or
+  * halo (the default with jaxmpi): jaxmpi.notoken.halo_exchange of the three
+    fields on a Cartesian communicator (periodic in x), one call per step
+    that posts every message (4 sides and 4 corners, all three fields) at
+    once and fills corners too,
+  * fused: the same messages written by hand as one
+    jaxmpi.notoken.neighbor_exchange call (kept to compare with), or
   * sendrecv: a sequence of plain sendrecv calls, x direction first, then y
     (with the freshly filled corners), one per field and direction.
 
@@ -36,6 +40,7 @@ Run (any rank count that splits the grid into equal blocks):
     mpiexec -n 4 python examples/shallow_water.py --days 3 --animate
     mpiexec -n 2 python examples/shallow_water.py --benchmark     # 3600 x 1800, 0.1 day, no output
     mpiexec -n 2 python examples/shallow_water.py --backend mpi4jax --exchange sendrecv
+    mpiexec -n 2 python examples/shallow_water.py --exchange fused   # hand-written exchange
 """
 
 import argparse
@@ -197,6 +202,14 @@ class Halo:
     def __init__(self, dec, mpi, comm, exchange):
         self.dec, self.mpi, self.comm, self.exchange = dec, mpi, comm, exchange
         d, null = dec, dec.proc_null
+        if exchange == "halo":
+            # Rows are y, columns x: dims (py, px), rank = iy * px + ix as in
+            # Decomposition; walls in y, periodic in x. halo_exchange finds
+            # the eight neighbours itself and wraps px == 1 locally.
+            self.cart = comm.Create_cart((d.py, d.px), periods=(False, True),
+                                         reorder=False)
+            self.pairs = []
+            return
         # (send region, receive region, source, dest) of every message
         # this rank posts per field: my west column goes to my west
         # neighbour, while my east halo column comes from my east one, etc.
@@ -229,6 +242,8 @@ class Halo:
 
     def __call__(self, fields):
         fields = list(fields)
+        if self.exchange == "halo":
+            return self.mpi.halo_exchange(fields, self.cart, 1)
         if self.dec.px == 1:
             fields = [wrap_x(a) for a in fields]
         if self.pairs:
@@ -359,8 +374,9 @@ def make_model(phys, dec, halo, jnp, lax):
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", choices=("jaxmpi", "mpi4jax"), default="jaxmpi")
-    ap.add_argument("--exchange", choices=("fused", "sendrecv"), default=None,
-                    help="halo exchange (default: fused where the library has it; mpi4jax: sendrecv only)")
+    ap.add_argument("--exchange", choices=("halo", "fused", "sendrecv"), default=None,
+                    help="halo exchange (default: halo where the library has halo_exchange; "
+                         "mpi4jax: sendrecv only)")
     ap.add_argument("--days", type=float, default=None,
                     help="model days to run (default 10; 0.1 with --benchmark)")
     ap.add_argument("--grid", type=int, nargs=2, metavar=("NX", "NY"), default=None,
@@ -375,8 +391,9 @@ def parse_args(argv=None):
                     help="also write an animation (default: --out with .gif)")
     ap.add_argument("--frames", type=int, default=60, help="animation frames")
     args = ap.parse_args(argv)
-    if args.backend == "mpi4jax" and args.exchange == "fused":
-        ap.error("--exchange fused needs --backend jaxmpi (mpi4jax has no neighbor_exchange)")
+    if args.backend == "mpi4jax" and args.exchange in ("halo", "fused"):
+        ap.error(f"--exchange {args.exchange} needs --backend jaxmpi "
+                 "(mpi4jax has no halo_exchange or neighbor_exchange)")
     if args.days is None:
         args.days = 0.1 if args.benchmark else 10.0
     if args.days <= 0:
@@ -432,11 +449,13 @@ def main(argv=None):
 
     mpi = import_backend(args.backend)
     if args.exchange is None:
-        args.exchange = "fused" if hasattr(mpi, "neighbor_exchange") else "sendrecv"
-    if args.exchange == "fused" and not hasattr(mpi, "neighbor_exchange"):
+        args.exchange = ("halo" if hasattr(mpi, "halo_exchange") else
+                         "fused" if hasattr(mpi, "neighbor_exchange") else "sendrecv")
+    need = {"halo": "halo_exchange", "fused": "neighbor_exchange"}.get(args.exchange)
+    if need and not hasattr(mpi, need):
         if rank == 0:
-            print("shallow_water.py: error: --exchange fused needs "
-                  "jaxmpi.notoken.neighbor_exchange, which this jaxmpi lacks; "
+            print(f"shallow_water.py: error: --exchange {args.exchange} needs "
+                  f"jaxmpi.notoken.{need}, which this jaxmpi lacks; "
                   "use --exchange sendrecv", file=sys.stderr)
         return 2
     comm = comm.Clone()  # the model's own traffic, apart from the user's

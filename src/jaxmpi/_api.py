@@ -830,6 +830,11 @@ def has_cuda_support() -> bool:
 # are made from it (adding an operation: docs/design.md).
 __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast",
            "gather", "neighbor_exchange", "recv", "reduce", "scan",
-           "scatter", "send", "sendrecv", "has_cuda_support"]
+           "scatter", "send", "sendrecv", "has_cuda_support",
+           "halo_exchange", "neighbor_alltoallv"]
 OPERATIONS = tuple(n for n in __all__ if n != "has_cuda_support")
+
+# Operations on process topologies (Cartesian, graph), written in
+# _topology.py on top of the primitives; it takes _begin and _join from here.
+from ._topology import halo_exchange, neighbor_alltoallv  # noqa: E402
 

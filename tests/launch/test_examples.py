@@ -28,3 +28,15 @@ def test_send_recv_example_swaps(mpirun, tmp_path):
     assert r0.startswith("r0 |") and r1.startswith("r1 |"), (r0, r1)
     assert re.findall(r"[-\d.]+", r0.split("|", 1)[1]) == ["1."] * 9, r0
     assert re.findall(r"[-\d.]+", r1.split("|", 1)[1]) == ["0."] * 9, r1
+
+
+def test_heat3d_matches_numpy_on_one_process(mpirun):
+    # 4 ranks: a 2 x 2 x 1 process grid, periodic in x and y, walls in z; the
+    # example compares the gathered field with its single-process NumPy
+    # solution itself and exits 1 if they differ by more than 1e-12.
+    job = mpirun(4, "examples/heat3d.py", "--check", "--grid", "12", "12", "8",
+                 "--steps", "60", "--steps-per-call", "30")
+    assert job.returncode == 0, job
+    assert "as 2 x 2 x 1 blocks, 60 steps" in job.stdout, job
+    assert re.search(r"max \|parallel - numpy\| / max \|numpy\| = \S+ \(OK\)",
+                     job.stdout), job

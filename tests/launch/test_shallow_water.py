@@ -68,6 +68,16 @@ def test_fused_exchange_matches_sendrecv(mpirun, tmp_path_factory, n):
     assert_same_state(plain, fused, f"fused vs sendrecv on {n} ranks")
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_halo_exchange_matches_sendrecv(mpirun, tmp_path_factory, n):
+    # jaxmpi.halo_exchange (the default) against the hand-written exchange:
+    # 1 x 1 (wrapped locally), 1 x 2 (px == 1: corners from the y
+    # neighbours), 3 x 1 and 2 x 2 (diagonal neighbours).
+    plain = run_model(mpirun, tmp_path_factory, n, "sendrecv", SHORT)
+    halo = run_model(mpirun, tmp_path_factory, n, "halo", SHORT)
+    assert_same_state(plain, halo, f"halo_exchange vs sendrecv on {n} ranks")
+
+
 def test_mpi4jax_backend_gives_the_same_solution(mpirun, tmp_path_factory):
     # The same model code on mpi4jax (an optional install, for the benchmark).
     if importlib.util.find_spec("mpi4jax") is None:  # no import: no MPI_Init here
