@@ -116,7 +116,53 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
   X(int, Wait, 1, (jm_Request *, jm_Status *))                                 \
   X(int, Cancel, 1, (jm_Request *))                                            \
   X(int, Request_free, 1, (jm_Request *))                                     \
+  JM_MPI_VFUNCTIONS(X)                                                         \
   JM_MPI_RELIABILITY_FUNCTIONS(X)
+
+/* Variable-count collectives: the plain calls, their nonblocking variants
+ * (the watchdog), the MPI-4 large-count variants (optional) and
+ * MPI_Alltoallw (large counts without them: one derived datatype per
+ * peer, its displacement inside). */
+#define JM_MPI_VFUNCTIONS(X)                                                   \
+  X(int, Allgatherv, 1,                                                        \
+    (const void *, int, jm_Datatype, void *, const int *, const int *,         \
+     jm_Datatype, jm_Comm))                                                    \
+  X(int, Allgatherv_c, 0,                                                      \
+    (const void *, jm_Count, jm_Datatype, void *, const jm_Count *,            \
+     const jm_Aint *, jm_Datatype, jm_Comm))                                   \
+  X(int, Iallgatherv, 1,                                                       \
+    (const void *, int, jm_Datatype, void *, const int *, const int *,         \
+     jm_Datatype, jm_Comm, jm_Request *))                                      \
+  X(int, Gatherv, 1,                                                           \
+    (const void *, int, jm_Datatype, void *, const int *, const int *,         \
+     jm_Datatype, int, jm_Comm))                                               \
+  X(int, Gatherv_c, 0,                                                         \
+    (const void *, jm_Count, jm_Datatype, void *, const jm_Count *,            \
+     const jm_Aint *, jm_Datatype, int, jm_Comm))                              \
+  X(int, Igatherv, 1,                                                          \
+    (const void *, int, jm_Datatype, void *, const int *, const int *,         \
+     jm_Datatype, int, jm_Comm, jm_Request *))                                 \
+  X(int, Scatterv, 1,                                                          \
+    (const void *, const int *, const int *, jm_Datatype, void *, int,         \
+     jm_Datatype, int, jm_Comm))                                               \
+  X(int, Scatterv_c, 0,                                                        \
+    (const void *, const jm_Count *, const jm_Aint *, jm_Datatype, void *,     \
+     jm_Count, jm_Datatype, int, jm_Comm))                                     \
+  X(int, Iscatterv, 1,                                                         \
+    (const void *, const int *, const int *, jm_Datatype, void *, int,         \
+     jm_Datatype, int, jm_Comm, jm_Request *))                                 \
+  X(int, Alltoallv, 1,                                                         \
+    (const void *, const int *, const int *, jm_Datatype, void *, const int *, \
+     const int *, jm_Datatype, jm_Comm))                                       \
+  X(int, Alltoallv_c, 0,                                                       \
+    (const void *, const jm_Count *, const jm_Aint *, jm_Datatype, void *,     \
+     const jm_Count *, const jm_Aint *, jm_Datatype, jm_Comm))                 \
+  X(int, Ialltoallv, 1,                                                        \
+    (const void *, const int *, const int *, jm_Datatype, void *, const int *, \
+     const int *, jm_Datatype, jm_Comm, jm_Request *))                         \
+  X(int, Alltoallw, 1,                                                         \
+    (const void *, const int *, const int *, const jm_Datatype *, void *,      \
+     const int *, const int *, const jm_Datatype *, jm_Comm))
 
 /* Nonblocking calls, probes and communicator attributes: the deadlock
  * watchdog (JAXMPI_TIMEOUT) and cross-rank checks (JAXMPI_CHECK), MPI-3. */
@@ -215,6 +261,26 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
                 int dest, int sendtag, void *r, int64_t rn, size_t relsize,
                 jm_Datatype rt, int source, int recvtag, jm_Comm comm,
                 jm_Status *status);
+
+/* Variable counts. Counts and displacements are in elements of `t`, one
+ * per rank of `comm` (`size` of them); NULL arrays where MPI reads none
+ * (off the root). Within the limit the plain call (its nonblocking variant
+ * under the watchdog); beyond it the MPI-4 `_c` call, else MPI_Alltoallw
+ * with one derived datatype per peer that holds the block's byte
+ * displacement (MPI_Aint) and covers its count. */
+int jm_Allgatherv(const void *s, int64_t sn, void *r, const int64_t *rcounts,
+                  const int64_t *rdispls, int size, size_t elsize,
+                  jm_Datatype t, jm_Comm comm);
+int jm_Gatherv(const void *s, int64_t sn, void *r, const int64_t *rcounts,
+               const int64_t *rdispls, int size, size_t elsize, jm_Datatype t,
+               int root, jm_Comm comm);
+int jm_Scatterv(const void *s, const int64_t *scounts, const int64_t *sdispls,
+                void *r, int64_t rn, int size, size_t elsize, jm_Datatype t,
+                int root, jm_Comm comm);
+int jm_Alltoallv(const void *s, const int64_t *scounts,
+                 const int64_t *sdispls, void *r, const int64_t *rcounts,
+                 const int64_t *rdispls, int size, size_t elsize,
+                 jm_Datatype t, jm_Comm comm);
 
 /* Barrier, through the watchdog like every other call. */
 int jm_Barrier(jm_Comm comm);

@@ -136,6 +136,11 @@ scatter = _with_token(_api.scatter)
 send = _with_token(_api.send)
 sendrecv = _with_token(_api.sendrecv)
 has_cuda_support = _api.has_cuda_support
+# Variable counts along axis 0.
+allgatherv = _with_token(_api.allgatherv)
+gatherv = _with_token(_api.gatherv)
+scatterv = _with_token(_api.scatterv)
+alltoallv = _with_token(_api.alltoallv)
 
 # Non-blocking operations (docs/nonblocking.md): each returns
 # ``(request, token)``; ``wait`` returns ``(result, token)`` (``token`` alone

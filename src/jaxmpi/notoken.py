@@ -52,3 +52,8 @@ __all__ = [
     "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
     "has_cuda_support", "neighbor_exchange", "recv", "reduce", "scan", "scatter", "send", "sendrecv",
 ]
+
+# Variable counts along axis 0.
+from ._api import allgatherv, alltoallv, gatherv, scatterv  # noqa: E402,F401
+
+__all__ += ["allgatherv", "alltoallv", "gatherv", "scatterv"]
