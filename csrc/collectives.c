@@ -300,9 +300,9 @@ XLA_FFI_Error *jm_run_allgatherv(jm_call *c) {
 static XLA_FFI_Error *gatherv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
                                    const jm_vplan *p) {
   JM_MPI(c, "MPI_Gatherv", "root", c->root, x->count, x->dtype,
-         jm_Gatherv(x->data, x->count, p ? y->data : NULL,
-                    p ? p->count : NULL, p ? p->displ : NULL, c->size,
-                    x->elsize, x->mpi, c->root, c->comm));
+         jm_Gatherv(x->data, x->count, y->data, p->count, p->displ,
+                    c->rank == c->root, c->size, x->elsize, x->mpi, c->root,
+                    c->comm));
   return NULL;
 }
 
@@ -316,24 +316,21 @@ XLA_FFI_Error *jm_run_gatherv(jm_call *c) {
                     (root ? rows_total(c, JM_ROWS_COUNTS) : x->dims[0]),
             "the input must have counts[rank] rows; the result sum(counts) "
             "rows on the root, the input's shape elsewhere");
-  if (!root) {
-    XLA_FFI_Error *err = gatherv_call(c, x, y, NULL);
-    return err ? err : pass_through(c, x, y);
-  }
+  /* Every rank makes the root's plan: all choose the same path. */
   jm_vplan p;
   XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, row_elems(x));
   if (err) return err;
   err = gatherv_call(c, x, y, &p);
   vplan_free(&p);
-  return err;
+  return err || root ? err : pass_through(c, x, y);
 }
 
 static XLA_FFI_Error *scatterv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
                                     const jm_vplan *p) {
   JM_MPI(c, "MPI_Scatterv", "root", c->root, y->count, y->dtype,
-         jm_Scatterv(p ? x->data : NULL, p ? p->count : NULL,
-                     p ? p->displ : NULL, y->data, y->count, c->size,
-                     y->elsize, y->mpi, c->root, c->comm));
+         jm_Scatterv(x->data, p->count, p->displ, c->rank == c->root,
+                     y->data, y->count, c->size, y->elsize, y->mpi, c->root,
+                     c->comm));
   return NULL;
 }
 
@@ -347,7 +344,6 @@ XLA_FFI_Error *jm_run_scatterv(jm_call *c) {
                     (root ? rows_total(c, JM_ROWS_COUNTS) : y->dims[0]),
             "the result must have counts[rank] rows; the root's input "
             "sum(counts) rows of the result's shape and dtype");
-  if (!root) return scatterv_call(c, x, y, NULL);
   jm_vplan p;
   XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, row_elems(y));
   if (err) return err;
@@ -360,7 +356,8 @@ static XLA_FFI_Error *alltoallv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
                                      const jm_vplan *s, const jm_vplan *r) {
   JM_MPI(c, "MPI_Alltoallv", NULL, 0, x->count, x->dtype,
          jm_Alltoallv(x->data, s->count, s->displ, y->data, r->count,
-                      r->displ, c->size, x->elsize, x->mpi, c->comm));
+                      r->displ, row_elems(x), c->size, x->elsize, x->mpi,
+                      c->comm));
   return NULL;
 }
 

@@ -182,6 +182,13 @@ static XLA_FFI_Error *timeout_failure(jm_call *c, const char *fn,
 XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
                               int peer, int rc) {
   if (rc == JM_ERR_TIMEOUT) return timeout_failure(c, fn, peer_kind, peer);
+  if (rc == JM_ERR_COUNT)
+    return jm_error(c, XLA_FFI_Error_Code_UNIMPLEMENTED,
+                    "%s on rank %d of %d: a count or displacement beyond "
+                    "JAXMPI_MAX_COUNT (INT_MAX by default) rows needs the "
+                    "MPI-4 large-count call, which this MPI lacks (or "
+                    "JAXMPI_NO_LARGE_COUNT=1 turned off)",
+                    fn, c->rank, c->size);
   if (rc == JM_ERR_NOMEM)
     return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
                     "%s on rank %d of %d: out of memory for its count and "

@@ -409,11 +409,15 @@ int jm_Allgatherv(const void *s, int64_t sn, void *r, const int64_t *rcounts,
   return rc;
 }
 
-int jm_Gatherv(const void *s, int64_t sn, void *r, const int64_t *rcounts,
-               const int64_t *rdispls, int size, size_t elsize, jm_Datatype t,
-               int root, jm_Comm comm) {
+int jm_Gatherv(const void *s, int64_t sn, void *r, const int64_t *counts,
+               const int64_t *displs, int is_root, int size, size_t elsize,
+               jm_Datatype t, int root, jm_Comm comm) {
+  /* The path is chosen from the counts of every rank (the same everywhere):
+   * all ranks make the same call. MPI reads the arrays on the root only. */
+  const int64_t *rcounts = is_root ? counts : NULL,
+                *rdispls = is_root ? displs : NULL;
   int rc = 0;
-  if (fits(sn) && all_fit(size, rcounts, rdispls)) {
+  if (all_fit(size, counts, displs)) {
     const int watched = jm_watchdog_on();
     jm_ints b;
     int *ip = ints_get(&b, 2 * size, watched);
@@ -445,11 +449,13 @@ int jm_Gatherv(const void *s, int64_t sn, void *r, const int64_t *rcounts,
   return rc;
 }
 
-int jm_Scatterv(const void *s, const int64_t *scounts, const int64_t *sdispls,
-                void *r, int64_t rn, int size, size_t elsize, jm_Datatype t,
-                int root, jm_Comm comm) {
+int jm_Scatterv(const void *s, const int64_t *counts, const int64_t *displs,
+                int is_root, void *r, int64_t rn, int size, size_t elsize,
+                jm_Datatype t, int root, jm_Comm comm) {
+  const int64_t *scounts = is_root ? counts : NULL,
+                *sdispls = is_root ? displs : NULL;
   int rc = 0;
-  if (fits(rn) && all_fit(size, scounts, sdispls)) {
+  if (all_fit(size, counts, displs)) {
     const int watched = jm_watchdog_on();
     jm_ints b;
     int *ip = ints_get(&b, 2 * size, watched);
@@ -481,29 +487,69 @@ int jm_Scatterv(const void *s, const int64_t *scounts, const int64_t *sdispls,
   return rc;
 }
 
+static int alltoallv_plain(const void *s, const int64_t *scounts,
+                           const int64_t *sdispls, void *r,
+                           const int64_t *rcounts, const int64_t *rdispls,
+                           int size, jm_Datatype t, jm_Comm comm) {
+  const int watched = jm_watchdog_on();
+  jm_ints b;
+  int rc;
+  int *ip = ints_get(&b, 4 * size, watched);
+  if (!ip) return JM_ERR_NOMEM;
+  const int *scn = to_ints(ip, scounts, size),
+            *sds = to_ints(ip + size, sdispls, size),
+            *rcn = to_ints(ip + 2 * size, rcounts, size),
+            *rds = to_ints(ip + 3 * size, rdispls, size);
+  if (watched) {
+    jm_Request rq;
+    rc = jm_mpi.Ialltoallv(s, scn, sds, t, r, rcn, rds, t, comm, &rq);
+    if (!rc) rc = jm_wait(&rq, NULL, 0);
+  } else {
+    rc = jm_mpi.Alltoallv(s, scn, sds, t, r, rcn, rds, t, comm);
+  }
+  ints_put(&b, rc);
+  return rc;
+}
+
+/* Counts and displacements in units of `row` elements (they are whole
+ * rows), into out[0..4n). */
+static void in_rows(int64_t *out, const int64_t *const v[4], int n,
+                    int64_t row) {
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < n; i++) out[k * n + i] = v[k][i] / row;
+}
+
 int jm_Alltoallv(const void *s, const int64_t *scounts,
                  const int64_t *sdispls, void *r, const int64_t *rcounts,
-                 const int64_t *rdispls, int size, size_t elsize,
+                 const int64_t *rdispls, int64_t row, int size, size_t elsize,
                  jm_Datatype t, jm_Comm comm) {
+  /* Each rank knows only its own counts, so each chooses alone: every
+   * choice below is MPI_Alltoallv with the same type signature per pair
+   * (elements of t, or rows of them), which MPI lets ranks mix; the MPI-4
+   * call is the same collective in its large-count form. */
+  if (all_fit(size, scounts, sdispls) && all_fit(size, rcounts, rdispls))
+    return alltoallv_plain(s, scounts, sdispls, r, rcounts, rdispls, size, t,
+                           comm);
   int rc = 0;
-  if (all_fit(size, scounts, sdispls) && all_fit(size, rcounts, rdispls)) {
-    const int watched = jm_watchdog_on();
-    jm_ints b;
-    int *ip = ints_get(&b, 4 * size, watched);
-    if (!ip) return JM_ERR_NOMEM;
-    const int *scn = to_ints(ip, scounts, size),
-              *sds = to_ints(ip + size, sdispls, size),
-              *rcn = to_ints(ip + 2 * size, rcounts, size),
-              *rds = to_ints(ip + 3 * size, rdispls, size);
-    if (watched) {
-      jm_Request rq;
-      rc = jm_mpi.Ialltoallv(s, scn, sds, t, r, rcn, rds, t, comm, &rq);
-      if (!rc) rc = jm_wait(&rq, NULL, 0);
-    } else {
-      rc = jm_mpi.Alltoallv(s, scn, sds, t, r, rcn, rds, t, comm);
+  if (row > 1) {
+    int64_t *v = malloc(sizeof(int64_t) * 4 * (size_t)size);
+    if (!v) return JM_ERR_NOMEM;
+    const int64_t *const src[4] = {scounts, sdispls, rcounts, rdispls};
+    in_rows(v, src, size, row);
+    if (all_fit(size, v, v + size) && all_fit(size, v + 2 * size, v + 3 * size)) {
+      jm_Datatype rowtype;
+      rc = fits(row) ? jm_mpi.Type_contiguous((int)row, t, &rowtype)
+                     : make_big(row, elsize, t, &rowtype);
+      if (!rc && fits(row)) rc = jm_mpi.Type_commit(&rowtype);
+      if (!rc) {
+        rc = alltoallv_plain(s, v, v + size, r, v + 2 * size, v + 3 * size,
+                             size, rowtype, comm);
+        jm_mpi.Type_free(&rowtype);
+      }
+      free(v);
+      return rc;
     }
-    ints_put(&b, rc);
-    return rc;
+    free(v);
   }
   if (use_c(jm_mpi.Alltoallv_c)) {
     jm_Aint *sd = to_aints(sdispls, size, &rc);
@@ -518,8 +564,7 @@ int jm_Alltoallv(const void *s, const int64_t *scounts,
     free(rd);
     return rc;
   }
-  return alltoallw_blocks(s, scounts, sdispls, r, rcounts, rdispls, size,
-                          elsize, t, comm);
+  return JM_ERR_COUNT;
 }
 
 int jm_Send(const void *buf, int64_t n, size_t elsize, jm_Datatype t,

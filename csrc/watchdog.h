@@ -13,6 +13,8 @@
 #define JM_ERR_TIMEOUT (-7001)
 /* Returned when the core could not allocate what an MPI call needs. */
 #define JM_ERR_NOMEM (-7002)
+/* A count beyond what this MPI can take (no MPI-4 large-count call). */
+#define JM_ERR_COUNT (-7003)
 
 /* Seconds; 0 or less turns the watchdog off. */
 void jm_watchdog_set(double seconds);
