@@ -251,6 +251,8 @@ static int64_t rows_total(const jm_call *c, int k) {
   return t;
 }
 
+static void vplan_free(jm_vplan *p);
+
 static XLA_FFI_Error *vplan_make(jm_call *c, jm_vplan *p, int k,
                                  int64_t row) {
   const size_t n = (size_t)c->size;
@@ -261,9 +263,14 @@ static XLA_FFI_Error *vplan_make(jm_call *c, jm_vplan *p, int k,
   p->displ = p->count + n;
   int64_t at = 0;
   for (int i = 0; i < c->size; i++) {
-    p->count[i] = jm_rows(c, k, i) * row;
     p->displ[i] = at;
-    at += p->count[i];
+    /* Counts a buffer holds cannot overflow; guard against any others. */
+    if (__builtin_mul_overflow(jm_rows(c, k, i), row, &p->count[i]) ||
+        __builtin_add_overflow(at, p->count[i], &at)) {
+      vplan_free(p);
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "the counts' elements overflow 64 bits");
+    }
   }
   p->total = rows_total(c, k);
   return NULL;

@@ -373,11 +373,17 @@ static XLA_FFI_Error *check_rows(jm_call *c) {
                       "attribute '%s' has %d items: expected one per rank "
                       "of the communicator (%d)",
                       attr_names[attr_of[k]], c->nrows[k], c->size);
-    for (int i = 0; i < c->size; i++)
+    int64_t sum = 0;
+    for (int i = 0; i < c->size; i++) {
       if (jm_rows(c, k, i) < 0)
         return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                         "%s[%d]=%lld is negative", attr_names[attr_of[k]], i,
                         (long long)jm_rows(c, k, i));
+      if (__builtin_add_overflow(sum, jm_rows(c, k, i), &sum))
+        return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "the sum of %s overflows 64 bits",
+                        attr_names[attr_of[k]]);
+    }
   }
   return NULL;
 }
