@@ -2,7 +2,9 @@
  *
  * Usage: bench_c OPS SIZES TARGET_S REPEATS WARMUP OUT.jsonl [THREADS [PLACE
  *        [PAGES [LABEL]]]]
- *   OPS      comma-separated: allreduce,sendrecv,bcast,allgather,alltoall
+ *   OPS      comma-separated: allreduce,sendrecv,bcast,allgather,alltoall,
+ *            allgatherv,alltoallv (the v-forms with every count equal, as
+ *            benchmarks/worker.py calls them)
  *   SIZES    comma-separated message sizes in bytes (multiples of 4)
  *   THREADS  "multiple" (default: MPI_THREAD_MULTIPLE, the level mpi4py
  *            asks for, so that C and the Python-based jobs run the same
@@ -63,6 +65,22 @@ static void run_op(const char *op, float *x, float *y, int count) {
   } else if (!strcmp(op, "alltoall")) {
     CHECK(MPI_Alltoall(x, count, MPI_FLOAT, y, count, MPI_FLOAT,
                        MPI_COMM_WORLD));
+  } else if (!strcmp(op, "allgatherv") || !strcmp(op, "alltoallv")) {
+    /* Counts and displacements made per call, as a program whose counts
+     * change would (jaxmpi makes them per call too). */
+    int *cd = malloc(sizeof(int) * 2 * (size_t)size);
+    if (!cd) MPI_Abort(MPI_COMM_WORLD, 3);
+    for (int i = 0; i < size; i++) {
+      cd[i] = count;
+      cd[size + i] = i * count;
+    }
+    if (op[3] == 'g')
+      CHECK(MPI_Allgatherv(x, count, MPI_FLOAT, y, cd, cd + size, MPI_FLOAT,
+                           MPI_COMM_WORLD));
+    else
+      CHECK(MPI_Alltoallv(x, cd, cd + size, MPI_FLOAT, y, cd, cd + size,
+                          MPI_FLOAT, MPI_COMM_WORLD));
+    free(cd);
   } else {
     if (rank == 0) fprintf(stderr, "bench_c: unknown op %s\n", op);
     MPI_Abort(MPI_COMM_WORLD, 2);
@@ -76,7 +94,7 @@ static double batch(const char *op, float *x, float *y, int count, long n) {
   /* Each call's input is the last one's result, as in the jitted loops of
    * worker.py: the buffers swap roles every call (allgather's result is
    * larger: the same input every call). */
-  const int swap = strcmp(op, "allgather") != 0;
+  const int swap = strncmp(op, "allgather", 9) != 0;
   for (long i = 0; i < n; i++) {
     if (swap && (i & 1))
       run_op(op, y, x, count);
@@ -123,7 +141,7 @@ int main(int argc, char **argv) {
       long bytes = atol(s);
       int count = (int)(bytes / 4);
       /* Output of allgather/alltoall: size blocks; alltoall input too. */
-      size_t nx = (size_t)count * (strcmp(op, "alltoall") ? 1 : size);
+      size_t nx = (size_t)count * (strncmp(op, "alltoall", 8) ? 1 : size);
       size_t ny = (size_t)count * size;
       /* Page-aligned: XLA and NumPy align their buffers (64 bytes at least),
        so alignment is no difference between C and the others. */

@@ -28,7 +28,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall")
+OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall",
+       "allgatherv", "alltoallv")
 FULL_SIZES = [4 * 4**k for k in range(13)]  # 4 B .. 64 MiB
 QUICK_SIZES = [4, 1024, 65536, 1 << 20]
 IMPLS = ("c", "c_mt", "c_huge", "mpi4py", "mpi4jax", "jax", "jaxmpi", "plain")

@@ -56,7 +56,8 @@ from mpi4py import MPI
 
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
-OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall")
+OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall",
+       "allgatherv", "alltoallv")
 
 
 def timed(run_batch, n):
@@ -93,7 +94,16 @@ def shapes(op, count):
         return (SIZE, count), (SIZE, count)
     if op == "allgather":
         return (count,), (SIZE, count)
+    # The v-forms, every count equal: rows of one element.
+    if op == "allgatherv":
+        return (count,), (SIZE * count,)
+    if op == "alltoallv":
+        return (SIZE * count,), (SIZE * count,)
     return (count,), (count,)
+
+
+# The v-forms' data and results are their fixed-count twins', flattened.
+TWIN = {"allgatherv": "allgather", "alltoallv": "alltoall"}
 
 
 # ---- mpi4py ------------------------------------------------------------------
@@ -114,9 +124,14 @@ def bench_mpi4py(args, emit):
                 "bcast": lambda a, b: comm.Bcast(a if RANK == 0 else b, root=0),
                 "allgather": lambda a, b: comm.Allgather(a, b),
                 "alltoall": lambda a, b: comm.Alltoall(a, b),
+                "allgatherv": lambda a, b: comm.Allgatherv(
+                    a, [b, [a.size] * SIZE]),
+                "alltoallv": lambda a, b: comm.Alltoallv(
+                    [a, [a.size // SIZE] * SIZE], [b, [b.size // SIZE] * SIZE]),
             }[op]
 
-            def fn(call=call, bufs=[x, y], swap=op != "allgather"):
+            def fn(call=call, bufs=[x, y], swap=op not in ("allgather",
+                                                           "allgatherv")):
                 # Each call's input is the last one's result, as in the
                 # jitted loops: the buffers swap roles (allgather's result
                 # is larger: the same input every call).
@@ -144,7 +159,7 @@ def check_input(op, count):
     """A rank-dependent input for --check: element j of block k is
     rank * SIZE + k + 1 (one block unless alltoall)."""
     xs, _ = shapes(op, count)
-    blocks = xs[0] if op == "alltoall" else 1
+    blocks = SIZE if TWIN.get(op, op) == "alltoall" else 1
     x = RANK * SIZE + 1 + np.arange(blocks, dtype=np.float32)[:, None]
     return np.broadcast_to(x, (blocks, count)).reshape(xs).copy()
 
@@ -153,6 +168,7 @@ def expected(op, count):
     """What one call of op returns on this rank for check_input."""
     src = (RANK - 1) % SIZE
     one = np.ones(count, np.float32)
+    op = TWIN.get(op, op)
     if op == "allreduce":
         return one * sum(r * SIZE + 1 for r in range(SIZE))
     if op == "sendrecv":
@@ -181,6 +197,8 @@ def carry_fn(op):
     (an O(1) dynamic-update-slice), so each iteration depends on the last."""
     if op == "allgather":
         return lambda x, y: x.at[0].set(y[-1, 0])
+    if op == "allgatherv":
+        return lambda x, y: x.at[0].set(y[-1])
     return lambda x, y: y
 
 
@@ -193,7 +211,13 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
     from jax import lax
 
     for op in args.ops:
-        f = make_op(op)
+        try:
+            f = make_op(op)
+        except KeyError:  # the library has no such op (the v-forms)
+            if RANK == 0:
+                print(f"worker: {args.impl} has no {op}: skipped",
+                      file=sys.stderr)
+            continue
         carry = carry_fn(op)
 
         def loop(x, n, f=f, carry=carry):
@@ -213,7 +237,7 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
 
         jloop = wrap(loop, 2)
         jcall = wrap(f, 1)
-        chained = op != "allgather"  # results of allgather are bigger
+        chained = op not in ("allgather", "allgatherv")  # bigger results
         for nbytes in args.sizes:
             xs, _ = shapes(op, nbytes // 4)
             if args.check:
@@ -221,7 +245,7 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
                 check(args.impl, op, local(jcall(xc)), nbytes // 4)
                 # One loop iteration is one call (allgather: its carry).
                 y = local(jloop(xc, np.int32(1)))
-                if op == "allgather":
+                if op in ("allgather", "allgatherv"):
                     y = np.concatenate([[(SIZE - 1) * SIZE + 1], y[1:]])
                     want = check_input(op, nbytes // 4)
                     want[0] = (SIZE - 1) * SIZE + 1
@@ -285,6 +309,12 @@ def mpi_style_ops(lib, comm):
         "bcast": lambda x: lib.bcast(x, 0, comm=comm),
         "allgather": lambda x: lib.allgather(x, comm=comm),
         "alltoall": lambda x: lib.alltoall(x, comm=comm),
+        **({"allgatherv": lambda x: lib.allgatherv(
+                x, [x.shape[0]] * SIZE, comm=comm),
+            "alltoallv": lambda x: lib.alltoallv(
+                x, [x.shape[0] // SIZE] * SIZE, [x.shape[0] // SIZE] * SIZE,
+                comm=comm)}
+           if hasattr(lib, "allgatherv") else {}),
     }
 
 

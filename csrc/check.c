@@ -73,6 +73,7 @@ static void op_name(jm_Op op, char *out, size_t len) {
 /* ---- signatures ---------------------------------------------------------- */
 
 #define JM_SIG_DIMS 8
+#define JM_SIG_ROWS 8
 
 /* What every rank must agree on; plain int64 words and chars, exchanged as
  * bytes between processes of the same build. */
@@ -87,13 +88,26 @@ typedef struct jm_sig {
   int64_t root;     /* -1 when the op has none */
   uint64_t digest;  /* of the unchecked calls since the last checked one */
   int64_t since;    /* number of the first of them */
+  /* Row counts (`counts` of allgatherv, gatherv, scatterv; equal on every
+   * rank): a hash of all, how many, and the first few for the message. */
+  uint64_t rows_hash;
+  int64_t nrows;
+  int64_t rows[JM_SIG_ROWS];
 } jm_sig;
 
-enum { F_OP, F_SEQ, F_ARRAY, F_REDOP, F_ROOT, F_COUNT, F_DIGEST = F_COUNT };
+enum { F_OP, F_SEQ, F_ARRAY, F_REDOP, F_ROOT, F_ROWS, F_COUNT,
+       F_DIGEST = F_COUNT };
 
 static const char *const field_names[F_COUNT] = {
     "the operation", "the call number", "the array", "the reduction op",
-    "the root"};
+    "the root", "the counts"};
+
+/* Ops whose arrays have a different number of rows on each rank (the
+ * `counts`, `sendcounts` attributes): signatures compare their rows'
+ * shape, not the row count (dims[0] is -1, count the elements per row). */
+static int varies_by_rank(const jm_op_desc *desc) {
+  return (desc->attrs & (JM_A(counts) | JM_A(sendcounts))) != 0;
+}
 
 /* ---- the digest of unchecked calls ---------------------------------------
  * Between two checked calls (default mode) each collective folds what a
@@ -104,6 +118,13 @@ static const char *const field_names[F_COUNT] = {
 static uint64_t mix(uint64_t h, uint64_t v) {
   h = (h ^ v) * 0x9e3779b97f4a7c15ull;
   return h ^ (h >> 29);
+}
+
+static uint64_t rows_hash(const jm_call *c) {
+  uint64_t h = 0x5bd1e995u;
+  for (int i = 0; i < c->nrows[JM_ROWS_COUNTS]; i++)
+    h = mix(h, (uint64_t)jm_rows(c, JM_ROWS_COUNTS, i));
+  return h;
 }
 
 static uint64_t fold_call(uint64_t h, const jm_call *c, const jm_op_desc *desc,
@@ -118,7 +139,9 @@ static uint64_t fold_call(uint64_t h, const jm_call *c, const jm_op_desc *desc,
   if (!b) return mix(h, 98);
   h = mix(h, (uint64_t)b->dtype);
   h = mix(h, (uint64_t)b->ndim);
-  for (int64_t d = 0; d < b->ndim; d++) h = mix(h, (uint64_t)b->dims[d]);
+  const int v = varies_by_rank(desc);
+  if (desc->attrs & JM_A(counts)) h = mix(h, rows_hash(c));
+  for (int64_t d = v; d < b->ndim; d++) h = mix(h, (uint64_t)b->dims[d]);
   return h;
 }
 
@@ -132,6 +155,9 @@ static int same_field(const jm_sig *a, const jm_sig *b, int f) {
              memcmp(a->dims, b->dims, sizeof a->dims) == 0;
     case F_REDOP: return strcmp(a->redop, b->redop) == 0;
     case F_DIGEST: return a->digest == b->digest;
+    case F_ROWS:
+      return a->rows_hash == b->rows_hash && a->nrows == b->nrows &&
+             memcmp(a->rows, b->rows, sizeof a->rows) == 0;
     default: return a->root == b->root;
   }
 }
@@ -155,13 +181,31 @@ static void describe(const jm_sig *s, int f, char *out, size_t len) {
                                 (long long)s->count);
           break;
         }
-        n += (size_t)snprintf(out + n, len - n, d ? ",%lld" : "%lld",
-                              (long long)s->dims[d]);
+        if (s->dims[d] < 0) /* rows differ by rank (v-ops) */
+          n += (size_t)snprintf(out + n, len - n, d ? ",*" : "*");
+        else
+          n += (size_t)snprintf(out + n, len - n, d ? ",%lld" : "%lld",
+                                (long long)s->dims[d]);
       }
       if (n < len) snprintf(out + n, len - n, "]");
       return;
     }
     case F_REDOP: snprintf(out, len, "op=MPI.%s", s->redop); return;
+    case F_ROWS: {
+      size_t n = (size_t)snprintf(out, len, "counts=[");
+      for (int64_t i = 0; i < s->nrows && n < len; i++) {
+        if (i == JM_SIG_ROWS) {
+          n += (size_t)snprintf(out + n, len - n, ",...(%lld ranks, hash %04llx)",
+                                (long long)s->nrows,
+                                (unsigned long long)(s->rows_hash & 0xffff));
+          break;
+        }
+        n += (size_t)snprintf(out + n, len - n, i ? ",%lld" : "%lld",
+                              (long long)s->rows[i]);
+      }
+      if (n < len) snprintf(out + n, len - n, "]");
+      return;
+    }
     case F_DIGEST:
       snprintf(out, len, "history %04llx",
                (unsigned long long)(s->digest & 0xffff));
@@ -244,7 +288,9 @@ static void report_field(const jm_sig *all, int size, int f, char *out,
  * is its last result (the root's results are [x, table, block], elsewhere
  * [x, block]: request.c). */
 static const jm_buffer *payload(const jm_call *c, const jm_op_desc *desc) {
-  if (desc->id == JM_OP_scatter && desc->nrets > 0) return &c->ret[0];
+  if ((desc->id == JM_OP_scatter || desc->id == JM_OP_scatterv) &&
+      desc->nrets > 0)
+    return &c->ret[0];
   if (desc->id == JM_OP_iscatter && c->nrets > 1) return &c->ret[c->nrets - 1];
   if (desc->nargs > 0) return &c->arg[0];
   return NULL;
@@ -252,6 +298,7 @@ static const jm_buffer *payload(const jm_call *c, const jm_op_desc *desc) {
 
 static XLA_FFI_Error *exchange(jm_call *c, const jm_op_desc *desc,
                                jm_shadow *sh, const jm_buffer *b, int64_t seq);
+static XLA_FFI_Error *check_pairs(jm_call *c, jm_shadow *sh, int64_t seq);
 
 XLA_FFI_Error *jm_check_collective(jm_call *c, const jm_op_desc *desc,
                                    int mode) {
@@ -288,6 +335,17 @@ static __attribute__((noinline)) XLA_FFI_Error *exchange(
     mine.count = b->count;
     for (int64_t d = 0; d < b->ndim && d < JM_SIG_DIMS; d++)
       mine.dims[d] = b->dims[d];
+    if (varies_by_rank(desc) && b->ndim > 0) {
+      mine.dims[0] = -1;
+      mine.count = 1;
+      for (int64_t d = 1; d < b->ndim; d++) mine.count *= b->dims[d];
+    }
+  }
+  if (desc->attrs & JM_A(counts)) {
+    mine.rows_hash = rows_hash(c);
+    mine.nrows = c->nrows[JM_ROWS_COUNTS];
+    for (int i = 0; i < mine.nrows && i < JM_SIG_ROWS; i++)
+      mine.rows[i] = jm_rows(c, JM_ROWS_COUNTS, i);
   }
   mine.root = (desc->attrs & JM_A(root)) ? c->root : -1;
   mine.digest = sh->digest;
@@ -322,7 +380,7 @@ static __attribute__((noinline)) XLA_FFI_Error *exchange(
     /* Ranks calling different ops differ in root and reduction op too:
      * report the op, and the array only if it also differs. */
     if (f == F_OP) op_differs = 1;
-    if (op_differs && (f == F_REDOP || f == F_ROOT)) continue;
+    if (op_differs && (f == F_REDOP || f == F_ROOT || f == F_ROWS)) continue;
     char part[900];
     report_field(all, c->size, f, part, sizeof part);
     n += (size_t)snprintf(msg + n, sizeof msg - n, "%s%s: %s", n ? "; " : "",
@@ -348,11 +406,93 @@ static __attribute__((noinline)) XLA_FFI_Error *exchange(
           n ? "; " : "", (long long)since, (long long)(seq - 1), part);
   }
   free(all);
+  if (!msg[0] && (desc->attrs & JM_A(sendcounts)))
+    return check_pairs(c, sh, seq);
   if (!msg[0]) return NULL;
   return jm_error(c, XLA_FFI_Error_Code_FAILED_PRECONDITION,
                   "collective call #%lld on this communicator differs across "
                   "ranks (JAXMPI_CHECK): %s",
                   (long long)mine.seq, msg);
+}
+
+/* ---- alltoallv: each pair's counts --------------------------------------
+ * Rank i's sendcounts[j] must equal rank j's recvcounts[i]. Once the
+ * signatures agree (every rank is in this alltoallv), each rank sends its
+ * sendcounts[j] to rank j (MPI_Alltoall on the shadow), compares what it
+ * got with its recvcounts, and the ranks allgather what they found, so that
+ * a mismatch is an error on every rank, naming both sides. */
+
+typedef struct jm_pair_report {
+  int64_t nbad;     /* peers whose count disagrees with this rank's */
+  int64_t peer;     /* the first of them */
+  int64_t sent;     /* the peer's sendcounts[this rank] */
+  int64_t expected; /* this rank's recvcounts[peer] */
+} jm_pair_report;
+
+static __attribute__((noinline)) XLA_FFI_Error *check_pairs(jm_call *c,
+                                                             jm_shadow *sh,
+                                                             int64_t seq) {
+  const size_t n = (size_t)c->size;
+  /* One block (a timed-out exchange leaves it allocated): what this rank
+   * sends, what it receives, the reports. */
+  char *block = malloc(2 * n * sizeof(int64_t) + (n + 1) * sizeof(jm_pair_report));
+  if (!block)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED, "out of memory");
+  int64_t *out = (int64_t *)block, *in = out + n;
+  jm_pair_report *all = (jm_pair_report *)(in + n), *mine = all + n;
+  for (int j = 0; j < c->size; j++) out[j] = jm_rows(c, JM_ROWS_SEND, j);
+  jm_Request rq;
+  int rc = jm_mpi.Ialltoall(out, (int)sizeof(int64_t), jm_const.byte, in,
+                            (int)sizeof(int64_t), jm_const.byte, sh->dup, &rq);
+  if (!rc) rc = jm_wait(&rq, NULL, 0);
+  if (!rc) {
+    memset(mine, 0, sizeof *mine);
+    for (int i = 0; i < c->size; i++) {
+      const int64_t want = jm_rows(c, JM_ROWS_RECV, i);
+      if (in[i] == want) continue;
+      if (!mine->nbad++) {
+        mine->peer = i;
+        mine->sent = in[i];
+        mine->expected = want;
+      }
+    }
+    rc = jm_mpi.Iallgather(mine, (int)sizeof *mine, jm_const.byte, all,
+                           (int)sizeof *mine, jm_const.byte, sh->dup, &rq);
+    if (!rc) rc = jm_wait(&rq, NULL, 0);
+  }
+  if (rc) {
+    if (rc != JM_ERR_TIMEOUT) free(block);
+    return jm_mpi_failure(c, "MPI_Alltoall (JAXMPI_CHECK of alltoallv counts)",
+                          NULL, 0, rc);
+  }
+  char msg[1200];
+  size_t len = 0;
+  int shown = 0, nranks = 0;
+  msg[0] = '\0';
+  for (int r = 0; r < c->size; r++) {
+    if (!all[r].nbad) continue;
+    nranks++;
+    if (shown == 4 || len >= sizeof msg) continue;
+    shown++;
+    len += (size_t)snprintf(
+        msg + len, sizeof msg - len,
+        "%srank %d expects %lld rows from rank %lld (its recvcounts[%lld]=%lld) "
+        "but rank %lld sends %lld (its sendcounts[%d]=%lld)%s",
+        len ? "; " : "", r, (long long)all[r].expected, (long long)all[r].peer,
+        (long long)all[r].peer, (long long)all[r].expected,
+        (long long)all[r].peer, (long long)all[r].sent, r,
+        (long long)all[r].sent,
+        all[r].nbad > 1 ? " (and more peers)" : "");
+  }
+  if (nranks > shown && len < sizeof msg)
+    snprintf(msg + len, sizeof msg - len, "; and %d more ranks",
+             nranks - shown);
+  free(block);
+  if (!nranks) return NULL;
+  return jm_error(c, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                  "collective call #%lld on this communicator differs across "
+                  "ranks (JAXMPI_CHECK): the counts: %s",
+                  (long long)seq, msg);
 }
 
 /* ---- point-to-point ------------------------------------------------------ */

@@ -219,3 +219,174 @@ XLA_FFI_Error *jm_run_barrier(jm_call *c) {
   JM_MPI(c, "MPI_Barrier", NULL, 0, 0, 0, jm_Barrier(c->comm));
   return NULL;
 }
+
+/* ---- variable counts along axis 0 ------------------------------------------
+ * Row counts per rank come as attributes (c->rows); a row of an array is
+ * the product of its dimensions after the first. The element counts and
+ * displacements of the MPI call are made here, per call (on the stack up to
+ * JM_VPLAN_STACK ranks). */
+#define JM_VPLAN_STACK 64
+
+typedef struct jm_vplan {
+  int64_t *count, *displ; /* elements, one per rank */
+  int64_t total;          /* rows */
+  int64_t stack[2 * JM_VPLAN_STACK];
+} jm_vplan;
+
+static int64_t row_elems(const jm_buffer *b) {
+  int64_t n = 1;
+  for (int64_t d = 1; d < b->ndim; d++) n *= b->dims[d];
+  return n;
+}
+
+/* Same dtype, both with a first axis, the same dimensions after it. */
+static int same_rows(const jm_buffer *a, const jm_buffer *b) {
+  if (a->dtype != b->dtype || a->ndim < 1 || a->ndim != b->ndim) return 0;
+  for (int64_t d = 1; d < a->ndim; d++)
+    if (a->dims[d] != b->dims[d]) return 0;
+  return 1;
+}
+
+static int64_t rows_total(const jm_call *c, int k) {
+  int64_t t = 0;
+  for (int i = 0; i < c->size; i++) t += jm_rows(c, k, i);
+  return t;
+}
+
+static void vplan_free(jm_vplan *p);
+
+static XLA_FFI_Error *vplan_make(jm_call *c, jm_vplan *p, int k,
+                                 int64_t row) {
+  const size_t n = (size_t)c->size;
+  p->count = n <= JM_VPLAN_STACK ? p->stack : malloc(2 * n * sizeof(int64_t));
+  if (!p->count)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "out of memory for %d counts", c->size);
+  p->displ = p->count + n;
+  int64_t at = 0;
+  for (int i = 0; i < c->size; i++) {
+    p->displ[i] = at;
+    /* Counts a buffer holds cannot overflow; guard against any others. */
+    if (__builtin_mul_overflow(jm_rows(c, k, i), row, &p->count[i]) ||
+        __builtin_add_overflow(at, p->count[i], &at)) {
+      vplan_free(p);
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "the counts' elements overflow 64 bits");
+    }
+  }
+  p->total = rows_total(c, k);
+  return NULL;
+}
+
+static void vplan_free(jm_vplan *p) {
+  if (p->count != p->stack) free(p->count);
+}
+
+static XLA_FFI_Error *allgatherv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
+                                      const jm_vplan *p) {
+  JM_MPI(c, "MPI_Allgatherv", NULL, 0, y->count, x->dtype,
+         jm_Allgatherv(x->data, x->count, y->data, p->count, p->displ, c->size,
+                       x->elsize, x->mpi, c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_allgatherv(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  JM_EXPECT(c,
+            same_rows(x, y) &&
+                x->dims[0] == jm_rows(c, JM_ROWS_COUNTS, c->rank) &&
+                y->dims[0] == rows_total(c, JM_ROWS_COUNTS),
+            "the input must have counts[rank] rows and the result sum(counts) "
+            "rows of the input's shape and dtype");
+  jm_vplan p;
+  XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, row_elems(x));
+  if (err) return err;
+  err = allgatherv_call(c, x, y, &p);
+  vplan_free(&p);
+  return err;
+}
+
+static XLA_FFI_Error *gatherv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
+                                   const jm_vplan *p) {
+  JM_MPI(c, "MPI_Gatherv", "root", c->root, x->count, x->dtype,
+         jm_Gatherv(x->data, x->count, y->data, p->count, p->displ,
+                    c->rank == c->root, c->size, x->elsize, x->mpi, c->root,
+                    c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_gatherv(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  int root = c->rank == c->root;
+  JM_EXPECT(c,
+            same_rows(x, y) &&
+                x->dims[0] == jm_rows(c, JM_ROWS_COUNTS, c->rank) &&
+                y->dims[0] ==
+                    (root ? rows_total(c, JM_ROWS_COUNTS) : x->dims[0]),
+            "the input must have counts[rank] rows; the result sum(counts) "
+            "rows on the root, the input's shape elsewhere");
+  /* Every rank makes the root's plan: all choose the same path. */
+  jm_vplan p;
+  XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, row_elems(x));
+  if (err) return err;
+  err = gatherv_call(c, x, y, &p);
+  vplan_free(&p);
+  return err || root ? err : pass_through(c, x, y);
+}
+
+static XLA_FFI_Error *scatterv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
+                                    const jm_vplan *p) {
+  JM_MPI(c, "MPI_Scatterv", "root", c->root, y->count, y->dtype,
+         jm_Scatterv(x->data, p->count, p->displ, c->rank == c->root,
+                     y->data, y->count, c->size, y->elsize, y->mpi, c->root,
+                     c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_scatterv(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  int root = c->rank == c->root;
+  JM_EXPECT(c,
+            same_rows(x, y) &&
+                y->dims[0] == jm_rows(c, JM_ROWS_COUNTS, c->rank) &&
+                x->dims[0] ==
+                    (root ? rows_total(c, JM_ROWS_COUNTS) : y->dims[0]),
+            "the result must have counts[rank] rows; the root's input "
+            "sum(counts) rows of the result's shape and dtype");
+  jm_vplan p;
+  XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, row_elems(y));
+  if (err) return err;
+  err = scatterv_call(c, x, y, &p);
+  vplan_free(&p);
+  return err;
+}
+
+static XLA_FFI_Error *alltoallv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
+                                     const jm_vplan *s, const jm_vplan *r) {
+  JM_MPI(c, "MPI_Alltoallv", NULL, 0, x->count, x->dtype,
+         jm_Alltoallv(x->data, s->count, s->displ, y->data, r->count,
+                      r->displ, row_elems(x), c->size, x->elsize, x->mpi,
+                      c->comm));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_run_alltoallv(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  JM_EXPECT(c,
+            same_rows(x, y) && x->dims[0] == rows_total(c, JM_ROWS_SEND) &&
+                y->dims[0] == rows_total(c, JM_ROWS_RECV),
+            "the input must have sum(sendcounts) rows and the result "
+            "sum(recvcounts) rows of the input's shape and dtype");
+  jm_vplan s, r;
+  XLA_FFI_Error *err = vplan_make(c, &s, JM_ROWS_SEND, row_elems(x));
+  if (err) return err;
+  err = vplan_make(c, &r, JM_ROWS_RECV, row_elems(y));
+  if (err) {
+    vplan_free(&s);
+    return err;
+  }
+  err = alltoallv_call(c, x, y, &s, &r);
+  vplan_free(&s);
+  vplan_free(&r);
+  return err;
+}

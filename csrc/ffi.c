@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -179,6 +180,18 @@ static XLA_FFI_Error *timeout_failure(jm_call *c, const char *fn,
 XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
                               int peer, int rc) {
   if (rc == JM_ERR_TIMEOUT) return timeout_failure(c, fn, peer_kind, peer);
+  if (rc == JM_ERR_COUNT)
+    return jm_error(c, XLA_FFI_Error_Code_UNIMPLEMENTED,
+                    "%s on rank %d of %d: a count or displacement beyond "
+                    "JAXMPI_MAX_COUNT (INT_MAX by default) rows needs the "
+                    "MPI-4 large-count call, which this MPI lacks (or "
+                    "JAXMPI_NO_LARGE_COUNT=1 turned off)",
+                    fn, c->rank, c->size);
+  if (rc == JM_ERR_NOMEM)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "%s on rank %d of %d: out of memory for its count and "
+                    "displacement arrays",
+                    fn, c->rank, c->size);
   char mpimsg[1024] = "";
   int len = 0, cls = rc;
   if (jm_mpi.Error_string(rc, mpimsg, &len) != 0)
@@ -333,6 +346,46 @@ static XLA_FFI_Error *decode_array(jm_call *c, int a, const XLA_FFI_Array *arr,
   return NULL;
 }
 
+/* A row-count array attribute: kept where it is (the frame outlives the
+ * call); its length and signs are checked once the communicator's size is
+ * known (check_rows). */
+static XLA_FFI_Error *decode_rows(jm_call *c, int a, const XLA_FFI_Array *arr,
+                                  int k) {
+  if (arr->dtype != XLA_FFI_DataType_S64 || arr->size > INT_MAX)
+    return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                    "attribute '%s' must be an int64 array", attr_names[a]);
+  c->rows[k] = arr->data;
+  c->nrows[k] = (int)arr->size;
+  return NULL;
+}
+
+/* Every row-count array the op takes has one count per rank, none
+ * negative (Python checks this first; never trust it blindly). */
+static XLA_FFI_Error *check_rows(jm_call *c) {
+  static const int attr_of[3] = {JM_ATTR_counts, JM_ATTR_sendcounts,
+                                 JM_ATTR_recvcounts};
+  for (int k = 0; k < 3; k++) {
+    if (!(c->attrs & (1u << attr_of[k]))) continue;
+    if (c->nrows[k] != c->size)
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "attribute '%s' has %d items: expected one per rank "
+                      "of the communicator (%d)",
+                      attr_names[attr_of[k]], c->nrows[k], c->size);
+    int64_t sum = 0;
+    for (int i = 0; i < c->size; i++) {
+      if (jm_rows(c, k, i) < 0)
+        return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "%s[%d]=%lld is negative", attr_names[attr_of[k]], i,
+                        (long long)jm_rows(c, k, i));
+      if (__builtin_add_overflow(sum, jm_rows(c, k, i), &sum))
+        return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "the sum of %s overflows 64 bits",
+                        attr_names[attr_of[k]]);
+    }
+  }
+  return NULL;
+}
+
 static int find_attr(const XLA_FFI_ByteSpan *name) {
   for (int i = 0; i < JM_NATTRS; i++) {
     size_t len = strlen(attr_names[i]);
@@ -357,8 +410,13 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
         return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                         "attribute '%s' must be an int64 array",
                         attr_names[a]);
+      const int rows = a == JM_ATTR_counts       ? JM_ROWS_COUNTS
+                       : a == JM_ATTR_sendcounts ? JM_ROWS_SEND
+                       : a == JM_ATTR_recvcounts ? JM_ROWS_RECV
+                                                 : -1;
       XLA_FFI_Error *err =
-          a == JM_ATTR_sources
+          rows >= 0 ? decode_rows(c, a, attrs->attrs[i], rows)
+          : a == JM_ATTR_sources
               ? decode_array(c, a, attrs->attrs[i], c->sources, &c->nsources)
               : decode_array(c, a, attrs->attrs[i], c->dests, &c->ndests);
       if (err) return err;
@@ -410,5 +468,6 @@ XLA_FFI_Error *jm_decode(XLA_FFI_CallFrame *frame, const jm_op_desc *desc,
   int rc = jm_mpi.Comm_rank(c->comm, &c->rank);
   if (rc == 0) rc = jm_mpi.Comm_size(c->comm, &c->size);
   if (rc != 0) return jm_mpi_failure(c, "MPI_Comm_rank", NULL, 0, rc);
+  if ((err = check_rows(c))) return err;
   return NULL;
 }

@@ -5,6 +5,7 @@
 #define JAXMPI_FFI_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "mpi_api.h"
 #include "ops.h"
@@ -44,6 +45,12 @@ typedef struct jm_call {
   int nsources, ndests; /* array attributes */
   int sources[JM_MAX_BUFFERS], dests[JM_MAX_BUFFERS];
   jm_Status *status; /* caller's MPI.Status, or NULL */
+  /* Row counts per rank (the counts, sendcounts and recvcounts attributes):
+   * int64 arrays inside the call frame, valid during the call, one item
+   * per rank of comm, none negative (checked at decoding). Read them with
+   * jm_rows. */
+  const void *rows[3];
+  int nrows[3];
   int rank, size;
   unsigned attrs;  /* the op's attributes (JM_A bits) */
   int64_t callno;  /* jaxmpi calls this process has executed, this one included */
@@ -51,6 +58,15 @@ typedef struct jm_call {
   int on_device;   /* data pointers are GPU memory (CUDA-aware MPI mode) */
   void *stream;    /* XLA's CUDA stream of this call (GPU handlers only) */
 } jm_call;
+
+enum { JM_ROWS_COUNTS, JM_ROWS_SEND, JM_ROWS_RECV };
+
+/* Item i of row-count array k (JM_ROWS_*) of a call. */
+static inline int64_t jm_rows(const jm_call *c, int k, int i) {
+  int64_t v;
+  memcpy(&v, (const char *)c->rows[k] + (size_t)i * sizeof v, sizeof v);
+  return v;
+}
 
 typedef struct jm_config {
   int debug; /* JAXMPI_DEBUG: log every MPI call */

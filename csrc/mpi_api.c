@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <link.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 jm_mpi_api jm_mpi;

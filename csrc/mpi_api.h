@@ -116,7 +116,53 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
   X(int, Wait, 1, (jm_Request *, jm_Status *))                                 \
   X(int, Cancel, 1, (jm_Request *))                                            \
   X(int, Request_free, 1, (jm_Request *))                                     \
+  JM_MPI_VFUNCTIONS(X)                                                         \
   JM_MPI_RELIABILITY_FUNCTIONS(X)
+
+/* Variable-count collectives: the plain calls, their nonblocking variants
+ * (the watchdog), the MPI-4 large-count variants (optional) and
+ * MPI_Alltoallw (large counts without them: one derived datatype per
+ * peer, its displacement inside). */
+#define JM_MPI_VFUNCTIONS(X)                                                   \
+  X(int, Allgatherv, 1,                                                        \
+    (const void *, int, jm_Datatype, void *, const int *, const int *,         \
+     jm_Datatype, jm_Comm))                                                    \
+  X(int, Allgatherv_c, 0,                                                      \
+    (const void *, jm_Count, jm_Datatype, void *, const jm_Count *,            \
+     const jm_Aint *, jm_Datatype, jm_Comm))                                   \
+  X(int, Iallgatherv, 1,                                                       \
+    (const void *, int, jm_Datatype, void *, const int *, const int *,         \
+     jm_Datatype, jm_Comm, jm_Request *))                                      \
+  X(int, Gatherv, 1,                                                           \
+    (const void *, int, jm_Datatype, void *, const int *, const int *,         \
+     jm_Datatype, int, jm_Comm))                                               \
+  X(int, Gatherv_c, 0,                                                         \
+    (const void *, jm_Count, jm_Datatype, void *, const jm_Count *,            \
+     const jm_Aint *, jm_Datatype, int, jm_Comm))                              \
+  X(int, Igatherv, 1,                                                          \
+    (const void *, int, jm_Datatype, void *, const int *, const int *,         \
+     jm_Datatype, int, jm_Comm, jm_Request *))                                 \
+  X(int, Scatterv, 1,                                                          \
+    (const void *, const int *, const int *, jm_Datatype, void *, int,         \
+     jm_Datatype, int, jm_Comm))                                               \
+  X(int, Scatterv_c, 0,                                                        \
+    (const void *, const jm_Count *, const jm_Aint *, jm_Datatype, void *,     \
+     jm_Count, jm_Datatype, int, jm_Comm))                                     \
+  X(int, Iscatterv, 1,                                                         \
+    (const void *, const int *, const int *, jm_Datatype, void *, int,         \
+     jm_Datatype, int, jm_Comm, jm_Request *))                                 \
+  X(int, Alltoallv, 1,                                                         \
+    (const void *, const int *, const int *, jm_Datatype, void *, const int *, \
+     const int *, jm_Datatype, jm_Comm))                                       \
+  X(int, Alltoallv_c, 0,                                                       \
+    (const void *, const jm_Count *, const jm_Aint *, jm_Datatype, void *,     \
+     const jm_Count *, const jm_Aint *, jm_Datatype, jm_Comm))                 \
+  X(int, Ialltoallv, 1,                                                        \
+    (const void *, const int *, const int *, jm_Datatype, void *, const int *, \
+     const int *, jm_Datatype, jm_Comm, jm_Request *))                         \
+  X(int, Alltoallw, 1,                                                         \
+    (const void *, const int *, const int *, const jm_Datatype *, void *,      \
+     const int *, const int *, const jm_Datatype *, jm_Comm))
 
 /* Nonblocking calls, probes and communicator attributes: the deadlock
  * watchdog (JAXMPI_TIMEOUT) and cross-rank checks (JAXMPI_CHECK), MPI-3. */

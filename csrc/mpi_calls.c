@@ -4,6 +4,9 @@
 
 #include "watchdog.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 /* ---- large counts ------------------------------------------------------- */
 
 static int fits(int64_t n) { return n <= jm_count.limit; }
@@ -301,4 +304,316 @@ int64_t jm_received_bytes(const jm_Status *status) {
   if (jm_mpi.Get_count(status, jm_const.byte, &count)) return -1;
   if (count == jm_const.undefined) return -1;
   return count;
+}
+
+/* ---- variable counts ---------------------------------------------------- */
+
+/* 1 if every count and displacement fits a C int (an array NULL: none). */
+static int all_fit(int n, const int64_t *counts, const int64_t *displs) {
+  if (!counts) return 1;
+  for (int i = 0; i < n; i++)
+    if (!fits(counts[i]) || !fits(displs[i])) return 0;
+  return 1;
+}
+
+/* The C int arrays of a plain call: on the stack for small communicators.
+ * Under the watchdog they are always allocated, and a timed-out call leaves
+ * them allocated: its nonblocking MPI call may still read them. */
+#define JM_INTS_STACK 256
+typedef struct jm_ints {
+  int *p;
+  int stack[JM_INTS_STACK];
+} jm_ints;
+
+static int *ints_get(jm_ints *b, int n, int watched) {
+  b->p = (!watched && n <= JM_INTS_STACK) ? b->stack
+                                          : malloc(sizeof(int) * (size_t)(n ? n : 1));
+  return b->p;
+}
+
+static void ints_put(jm_ints *b, int rc) {
+  if (b->p != b->stack && rc != JM_ERR_TIMEOUT) free(b->p);
+}
+
+/* Copy n int64 values that fit into out (a NULL source: nothing). */
+static const int *to_ints(int *out, const int64_t *v, int n) {
+  if (!v) return NULL;
+  for (int i = 0; i < n; i++) out[i] = (int)v[i];
+  return out;
+}
+
+static jm_Aint *to_aints(const int64_t *v, int n, int *rc) {
+  if (!v) return NULL;
+  jm_Aint *a = malloc(sizeof(jm_Aint) * (size_t)(n ? n : 1));
+  if (!a) {
+    *rc = JM_ERR_NOMEM;
+    return NULL;
+  }
+  for (int i = 0; i < n; i++) a[i] = (jm_Aint)v[i];
+  return a;
+}
+
+/* n elements of t at element displacement d, as one datatype whose lower
+ * bound holds the byte displacement (an MPI_Aint: no int overflow). */
+static int block_type(int64_t n, int64_t d, size_t elsize, jm_Datatype t,
+                      jm_Datatype *out) {
+  jm_Datatype inner;
+  int rc = fits(n) ? jm_mpi.Type_contiguous((int)n, t, &inner)
+                   : make_big(n, elsize, t, &inner);
+  if (rc) return rc;
+  const int len = 1;
+  const jm_Aint disp = (jm_Aint)(d * (int64_t)elsize);
+  rc = jm_mpi.Type_create_struct(1, &len, &disp, &inner, out);
+  jm_mpi.Type_free(&inner);
+  if (rc) return rc;
+  rc = jm_mpi.Type_commit(out);
+  if (rc) jm_mpi.Type_free(out);
+  return rc;
+}
+
+/* Large counts without the MPI-4 calls: MPI_Alltoallw, one element of a
+ * block type per peer with anything to move (counts 0 or 1, displacements
+ * 0: the types hold them). A NULL count array moves nothing that way. */
+static int alltoallw_blocks(const void *s, const int64_t *sc,
+                            const int64_t *sd, void *r, const int64_t *rc_,
+                            const int64_t *rd, int size, size_t elsize,
+                            jm_Datatype t, jm_Comm comm) {
+  int *ints = calloc((size_t)size * 4, sizeof(int));
+  jm_Datatype *types = malloc(sizeof(jm_Datatype) * (size_t)size * 2);
+  int rc = 0, made = 0;
+  if (!ints || !types) {
+    free(ints);
+    free(types);
+    return JM_ERR_NOMEM;
+  }
+  int *scnt = ints, *sdsp = ints + size, *rcnt = ints + 2 * size,
+      *rdsp = ints + 3 * size;
+  jm_Datatype *st = types, *rt = types + size;
+  for (int i = 0; i < size; i++) {
+    st[i] = rt[i] = t;
+  }
+  for (int i = 0; i < size && !rc; i++) {
+    if (sc && sc[i] > 0) {
+      rc = block_type(sc[i], sd[i], elsize, t, &st[i]);
+      if (!rc) scnt[i] = 1;
+    }
+    if (!rc && rc_ && rc_[i] > 0) {
+      rc = block_type(rc_[i], rd[i], elsize, t, &rt[i]);
+      if (!rc) rcnt[i] = 1;
+    }
+    made = i + 1;
+  }
+  if (!rc)
+    rc = jm_mpi.Alltoallw(s, scnt, sdsp, st, r, rcnt, rdsp, rt, comm);
+  for (int i = 0; i < made; i++) {
+    if (scnt[i]) jm_mpi.Type_free(&st[i]);
+    if (rcnt[i]) jm_mpi.Type_free(&rt[i]);
+  }
+  free(ints);
+  free(types);
+  return rc;
+}
+
+/* An array of n zeros but `value` at index `at` (and the zeros for its
+ * displacements after it): a rooted op's one send or receive for
+ * alltoallw_blocks. */
+static int64_t *one_block(int n, int at, int64_t value) {
+  int64_t *a = calloc((size_t)n * 2, sizeof(int64_t));
+  if (a) a[at] = value;
+  return a;
+}
+
+int jm_Allgatherv(const void *s, int64_t sn, void *r, const int64_t *rcounts,
+                  const int64_t *rdispls, int size, size_t elsize,
+                  jm_Datatype t, jm_Comm comm) {
+  int rc = 0;
+  if (fits(sn) && all_fit(size, rcounts, rdispls)) {
+    const int watched = jm_watchdog_on();
+    jm_ints b;
+    int *ip = ints_get(&b, 2 * size, watched);
+    if (!ip) return JM_ERR_NOMEM;
+    const int *rcn = to_ints(ip, rcounts, size),
+              *rds = to_ints(ip + size, rdispls, size);
+    if (watched) {
+      jm_Request rq;
+      rc = jm_mpi.Iallgatherv(s, (int)sn, t, r, rcn, rds, t, comm, &rq);
+      if (!rc) rc = jm_wait(&rq, NULL, 0);
+    } else {
+      rc = jm_mpi.Allgatherv(s, (int)sn, t, r, rcn, rds, t, comm);
+    }
+    ints_put(&b, rc);
+    return rc;
+  }
+  if (use_c(jm_mpi.Allgatherv_c)) {
+    jm_Aint *d = to_aints(rdispls, size, &rc);
+    if (rc) return rc;
+    rc = jm_mpi.Allgatherv_c(s, sn, t, r, rcounts, d, t, comm);
+    free(d);
+    return rc;
+  }
+  int64_t *sc = calloc((size_t)size * 2, sizeof(int64_t));
+  if (!sc) return JM_ERR_NOMEM;
+  for (int i = 0; i < size; i++) sc[i] = sn;
+  rc = alltoallw_blocks(s, sc, sc + size, r, rcounts, rdispls, size, elsize, t,
+                        comm);
+  free(sc);
+  return rc;
+}
+
+int jm_Gatherv(const void *s, int64_t sn, void *r, const int64_t *counts,
+               const int64_t *displs, int is_root, int size, size_t elsize,
+               jm_Datatype t, int root, jm_Comm comm) {
+  /* The path is chosen from the counts of every rank (the same everywhere):
+   * all ranks make the same call. MPI reads the arrays on the root only. */
+  const int64_t *rcounts = is_root ? counts : NULL,
+                *rdispls = is_root ? displs : NULL;
+  int rc = 0;
+  if (all_fit(size, counts, displs)) {
+    const int watched = jm_watchdog_on();
+    jm_ints b;
+    int *ip = ints_get(&b, 2 * size, watched);
+    if (!ip) return JM_ERR_NOMEM;
+    const int *rcn = to_ints(ip, rcounts, size),
+              *rds = to_ints(ip + size, rdispls, size);
+    if (watched) {
+      jm_Request rq;
+      rc = jm_mpi.Igatherv(s, (int)sn, t, r, rcn, rds, t, root, comm, &rq);
+      if (!rc) rc = jm_wait(&rq, NULL, 0);
+    } else {
+      rc = jm_mpi.Gatherv(s, (int)sn, t, r, rcn, rds, t, root, comm);
+    }
+    ints_put(&b, rc);
+    return rc;
+  }
+  if (use_c(jm_mpi.Gatherv_c)) {
+    jm_Aint *d = to_aints(rdispls, size, &rc);
+    if (rc) return rc;
+    rc = jm_mpi.Gatherv_c(s, sn, t, r, rcounts, d, t, root, comm);
+    free(d);
+    return rc;
+  }
+  int64_t *sc = one_block(size, root, sn);
+  if (!sc) return JM_ERR_NOMEM;
+  rc = alltoallw_blocks(s, sc, sc + size, r, rcounts, rdispls, size, elsize, t,
+                        comm);
+  free(sc);
+  return rc;
+}
+
+int jm_Scatterv(const void *s, const int64_t *counts, const int64_t *displs,
+                int is_root, void *r, int64_t rn, int size, size_t elsize,
+                jm_Datatype t, int root, jm_Comm comm) {
+  const int64_t *scounts = is_root ? counts : NULL,
+                *sdispls = is_root ? displs : NULL;
+  int rc = 0;
+  if (all_fit(size, counts, displs)) {
+    const int watched = jm_watchdog_on();
+    jm_ints b;
+    int *ip = ints_get(&b, 2 * size, watched);
+    if (!ip) return JM_ERR_NOMEM;
+    const int *scn = to_ints(ip, scounts, size),
+              *sds = to_ints(ip + size, sdispls, size);
+    if (watched) {
+      jm_Request rq;
+      rc = jm_mpi.Iscatterv(s, scn, sds, t, r, (int)rn, t, root, comm, &rq);
+      if (!rc) rc = jm_wait(&rq, NULL, 0);
+    } else {
+      rc = jm_mpi.Scatterv(s, scn, sds, t, r, (int)rn, t, root, comm);
+    }
+    ints_put(&b, rc);
+    return rc;
+  }
+  if (use_c(jm_mpi.Scatterv_c)) {
+    jm_Aint *d = to_aints(sdispls, size, &rc);
+    if (rc) return rc;
+    rc = jm_mpi.Scatterv_c(s, scounts, d, t, r, rn, t, root, comm);
+    free(d);
+    return rc;
+  }
+  int64_t *rc_ = one_block(size, root, rn);
+  if (!rc_) return JM_ERR_NOMEM;
+  rc = alltoallw_blocks(s, scounts, sdispls, r, rc_, rc_ + size, size, elsize,
+                        t, comm);
+  free(rc_);
+  return rc;
+}
+
+static int alltoallv_plain(const void *s, const int64_t *scounts,
+                           const int64_t *sdispls, void *r,
+                           const int64_t *rcounts, const int64_t *rdispls,
+                           int size, jm_Datatype t, jm_Comm comm) {
+  const int watched = jm_watchdog_on();
+  jm_ints b;
+  int rc;
+  int *ip = ints_get(&b, 4 * size, watched);
+  if (!ip) return JM_ERR_NOMEM;
+  const int *scn = to_ints(ip, scounts, size),
+            *sds = to_ints(ip + size, sdispls, size),
+            *rcn = to_ints(ip + 2 * size, rcounts, size),
+            *rds = to_ints(ip + 3 * size, rdispls, size);
+  if (watched) {
+    jm_Request rq;
+    rc = jm_mpi.Ialltoallv(s, scn, sds, t, r, rcn, rds, t, comm, &rq);
+    if (!rc) rc = jm_wait(&rq, NULL, 0);
+  } else {
+    rc = jm_mpi.Alltoallv(s, scn, sds, t, r, rcn, rds, t, comm);
+  }
+  ints_put(&b, rc);
+  return rc;
+}
+
+/* Counts and displacements in units of `row` elements (they are whole
+ * rows), into out[0..4n). */
+static void in_rows(int64_t *out, const int64_t *const v[4], int n,
+                    int64_t row) {
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; i < n; i++) out[k * n + i] = v[k][i] / row;
+}
+
+int jm_Alltoallv(const void *s, const int64_t *scounts,
+                 const int64_t *sdispls, void *r, const int64_t *rcounts,
+                 const int64_t *rdispls, int64_t row, int size, size_t elsize,
+                 jm_Datatype t, jm_Comm comm) {
+  /* Each rank knows only its own counts, so each chooses alone: every
+   * choice below is MPI_Alltoallv with the same type signature per pair
+   * (elements of t, or rows of them), which MPI lets ranks mix; the MPI-4
+   * call is the same collective in its large-count form. */
+  if (all_fit(size, scounts, sdispls) && all_fit(size, rcounts, rdispls))
+    return alltoallv_plain(s, scounts, sdispls, r, rcounts, rdispls, size, t,
+                           comm);
+  int rc = 0;
+  if (row > 1) {
+    int64_t *v = malloc(sizeof(int64_t) * 4 * (size_t)size);
+    if (!v) return JM_ERR_NOMEM;
+    const int64_t *const src[4] = {scounts, sdispls, rcounts, rdispls};
+    in_rows(v, src, size, row);
+    if (all_fit(size, v, v + size) && all_fit(size, v + 2 * size, v + 3 * size)) {
+      jm_Datatype rowtype;
+      rc = fits(row) ? jm_mpi.Type_contiguous((int)row, t, &rowtype)
+                     : make_big(row, elsize, t, &rowtype);
+      if (!rc && fits(row)) rc = jm_mpi.Type_commit(&rowtype);
+      if (!rc) {
+        rc = alltoallv_plain(s, v, v + size, r, v + 2 * size, v + 3 * size,
+                             size, rowtype, comm);
+        jm_mpi.Type_free(&rowtype);
+      }
+      free(v);
+      return rc;
+    }
+    free(v);
+  }
+  if (use_c(jm_mpi.Alltoallv_c)) {
+    jm_Aint *sd = to_aints(sdispls, size, &rc);
+    if (rc) return rc;
+    jm_Aint *rd = to_aints(rdispls, size, &rc);
+    if (rc) {
+      free(sd);
+      return rc;
+    }
+    rc = jm_mpi.Alltoallv_c(s, scounts, sd, t, r, rcounts, rd, t, comm);
+    free(sd);
+    free(rd);
+    return rc;
+  }
+  return JM_ERR_COUNT;
 }

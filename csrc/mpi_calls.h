@@ -31,6 +31,31 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
                 jm_Datatype rt, int source, int recvtag, jm_Comm comm,
                 jm_Status *status);
 
+/* Variable counts. Counts and displacements are in elements of `t`, one
+ * per rank of `comm` (`size` of them); for the rooted ops every rank passes
+ * the root's arrays (the same on every rank: every rank then chooses the
+ * same path). Within the limit the plain call (its nonblocking variant
+ * under the watchdog); beyond it the MPI-4 `_c` call, else MPI_Alltoallw
+ * with one derived datatype per peer that holds the block's byte
+ * displacement (MPI_Aint) and covers its count. */
+int jm_Allgatherv(const void *s, int64_t sn, void *r, const int64_t *rcounts,
+                  const int64_t *rdispls, int size, size_t elsize,
+                  jm_Datatype t, jm_Comm comm);
+int jm_Gatherv(const void *s, int64_t sn, void *r, const int64_t *counts,
+               const int64_t *displs, int is_root, int size, size_t elsize,
+               jm_Datatype t, int root, jm_Comm comm);
+int jm_Scatterv(const void *s, const int64_t *counts, const int64_t *displs,
+                int is_root, void *r, int64_t rn, int size, size_t elsize,
+                jm_Datatype t, int root, jm_Comm comm);
+/* Each rank's counts are its own here, so no rank can know whether
+ * another takes a large-count path: beyond the limit in elements, the
+ * counts are passed in rows of `row` elements (a contiguous datatype: the
+ * same type signature), else the MPI-4 call; with neither, JM_ERR_COUNT. */
+int jm_Alltoallv(const void *s, const int64_t *scounts,
+                 const int64_t *sdispls, void *r, const int64_t *rcounts,
+                 const int64_t *rdispls, int64_t row, int size, size_t elsize,
+                 jm_Datatype t, jm_Comm comm);
+
 /* Barrier, through the watchdog like every other call. */
 int jm_Barrier(jm_Comm comm);
 

@@ -11,14 +11,19 @@
 
 /* Attributes a handler may receive, all int64: X(name, SCALAR or ARRAY).
  * `site` (the Python line of the call, an id of jm_site_register) is
- * optional on every op; the op's row lists the others it requires. */
+ * optional on every op; the op's row lists the others it requires.
+ * `counts`, `sendcounts` and `recvcounts` hold one row count per rank of
+ * the communicator (rows along axis 0; checked against its size). */
 #define JM_ATTRS(X)                                                            \
   X(comm, SCALAR)                                                              \
+  X(counts, ARRAY)                                                             \
   X(dest, SCALAR)                                                              \
   X(dests, ARRAY)                                                              \
   X(op, SCALAR)                                                                \
+  X(recvcounts, ARRAY)                                                         \
   X(recvtag, SCALAR)                                                           \
   X(root, SCALAR)                                                              \
+  X(sendcounts, ARRAY)                                                         \
   X(sendtag, SCALAR)                                                           \
   X(site, SCALAR)                                                              \
   X(source, SCALAR)                                                            \
@@ -50,7 +55,15 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(neighbor_exchange, JM_VARIADIC, JM_VARIADIC, 0,                            \
     JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))                      \
   X(neighbor_alltoallv, JM_VARIADIC, JM_VARIADIC, 0,                           \
-    JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
+    JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))                      \
+  JM_VOPS(X)
+
+/* Variable counts along axis 0 (collectives.c): row counts per rank. */
+#define JM_VOPS(X)                                                             \
+  X(allgatherv, 1, 1, 0, JM_A(comm) | JM_A(counts))                            \
+  X(gatherv, 1, 1, 0, JM_A(comm) | JM_A(counts) | JM_A(root))                  \
+  X(scatterv, 1, 1, 0, JM_A(comm) | JM_A(counts) | JM_A(root))                 \
+  X(alltoallv, 1, 1, 0, JM_A(comm) | JM_A(sendcounts) | JM_A(recvcounts))
 
 /* Non-blocking starts (request.c), XLA:CPU only. Result 0 is the request's
  * handle (a float32 scalar, see request.h); the other results are the

@@ -11,6 +11,10 @@
 /* Returned instead of an MPI error code when the deadline passed (MPI error
  * codes are never negative). */
 #define JM_ERR_TIMEOUT (-7001)
+/* Returned when the core could not allocate what an MPI call needs. */
+#define JM_ERR_NOMEM (-7002)
+/* A count beyond what this MPI can take (no MPI-4 large-count call). */
+#define JM_ERR_COUNT (-7003)
 
 /* Seconds; 0 or less turns the watchdog off. */
 void jm_watchdog_set(double seconds);

@@ -825,13 +825,274 @@ def has_cuda_support() -> bool:
     return _core.get().cuda_built
 
 
+# ---- variable counts along axis 0 -------------------------------------------
+# Counts are static sequences of ints, one per rank, the same on every rank:
+# rows along axis 0 (a row is x[i], of shape x.shape[1:]). Zeros allowed.
+
+@_pytree.tree_op(rows=True)
+def allgatherv(x, counts, *, comm=None, token=None):
+    """Gather a different number of rows from every rank, on every rank.
+
+    MPI_Allgatherv. Rank r contributes ``counts[r]`` rows; every rank gets
+    all of them in rank order.
+
+    Args:
+        x: this rank's rows: an array of shape ``(counts[rank], *s)``, the
+            same ``s`` and dtype on every rank.
+        counts: the number of rows of every rank (a list or tuple of
+            ``size`` static ints >= 0, the same on every rank).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        An array of shape ``(sum(counts), *s)``: rank 0's rows, then rank
+        1's, and so on, on every rank.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a count or root is not a static int, ``comm``
+            is not an intracommunicator, or ``token`` is not a token.
+        ValueError: a count list does not have one count per rank, a count
+            is negative, an array's rows disagree with its count (the error
+            names the argument, its shape and the count), an array is a
+            scalar, a root is out of range, or an array lives on more than
+            one device.
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK`` (and on the calls the default sparse check
+            covers), ranks whose counts, dtype or row shape disagree
+            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
+            with a watchdog timeout (``jaxmpi.set_timeout``), a call that
+            did not complete (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 3``, rank r has r + 1 rows::
+
+            counts = [1, 2, 3]
+            x = jnp.full((rank + 1, 2), rank)
+            y = mpx.allgatherv(x, counts)    # [[0 0] [1 1] [1 1] [2 2] ...]
+            y, token = jaxmpi.allgatherv(x, counts)   # token API
+    """
+    fn = "allgatherv"
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    counts = v.counts_arg(counts, fn, "counts", info)
+    v.rows_arg(x, fn, "x", counts[info.rank],
+               f"counts[{info.rank}]={counts[info.rank]} (this rank's count)")
+    _join(tok)
+    return _ops.allgatherv_p.bind(x, comm=info, counts=counts)[0]
+
+
+@_pytree.tree_op(rows=True)
+def gatherv(x, counts, root, *, comm=None, token=None):
+    """Gather a different number of rows from every rank on the root.
+
+    MPI_Gatherv. Rank r contributes ``counts[r]`` rows; the root gets all
+    of them in rank order.
+
+    Args:
+        x: this rank's rows: an array of shape ``(counts[rank], *s)``, the
+            same ``s`` and dtype on every rank.
+        counts: the number of rows of every rank (a list or tuple of
+            ``size`` static ints >= 0, the same on every rank).
+        root: the rank that gets the result (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        On ``root``, an array of shape ``(sum(counts), *s)``: rank 0's rows,
+        then rank 1's, and so on; on other ranks, ``x`` unchanged.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a count or root is not a static int, ``comm``
+            is not an intracommunicator, or ``token`` is not a token.
+        ValueError: a count list does not have one count per rank, a count
+            is negative, an array's rows disagree with its count (the error
+            names the argument, its shape and the count), an array is a
+            scalar, a root is out of range, or an array lives on more than
+            one device.
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK`` (and on the calls the default sparse check
+            covers), ranks whose counts, dtype or row shape disagree
+            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
+            with a watchdog timeout (``jaxmpi.set_timeout``), a call that
+            did not complete (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 3``::
+
+            x = jnp.full((rank, 2), rank)            # 0, 1 and 2 rows
+            y = mpx.gatherv(x, [0, 1, 2], 0)         # rank 0: [[1 1] [2 2] [2 2]]
+            y, token = jaxmpi.gatherv(x, [0, 1, 2], 0)   # token API
+    """
+    fn = "gatherv"
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    counts = v.counts_arg(counts, fn, "counts", info)
+    root = v.rank_arg(root, fn, "root", info)
+    v.rows_arg(x, fn, "x", counts[info.rank],
+               f"counts[{info.rank}]={counts[info.rank]} (this rank's count)")
+    _join(tok)
+    (y,) = _ops.gatherv_p.bind(x, comm=info, counts=counts, root=root)
+    return y if info.rank == root else _passed_through(x, y)
+
+
+@_pytree.tree_op(rows=True)
+def scatterv(x, counts, root, *, comm=None, token=None):
+    """Scatter the root's rows: rank r gets ``counts[r]`` of them.
+
+    MPI_Scatterv. Rank 0 gets the first ``counts[0]`` rows of the root's
+    ``x``, rank 1 the next ``counts[1]``, and so on.
+
+    Args:
+        x: on ``root``, an array of shape ``(sum(counts), *s)``; on other
+            ranks, a template of this rank's result, shape
+            ``(counts[rank], *s)`` and the same dtype (its data is not
+            used), as ``scatter`` takes.
+        counts: the number of rows each rank gets (a list or tuple of
+            ``size`` static ints >= 0, the same on every rank).
+        root: the rank whose ``x`` is scattered (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        On every rank r, an array of shape ``(counts[r], *s)``: rows
+        ``sum(counts[:r])`` to ``sum(counts[:r + 1])`` of the root's ``x``.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a count or root is not a static int, ``comm``
+            is not an intracommunicator, or ``token`` is not a token.
+        ValueError: a count list does not have one count per rank, a count
+            is negative, an array's rows disagree with its count (the error
+            names the argument, its shape and the count), an array is a
+            scalar, a root is out of range, or an array lives on more than
+            one device.
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK`` (and on the calls the default sparse check
+            covers), ranks whose counts, dtype or row shape disagree
+            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
+            with a watchdog timeout (``jaxmpi.set_timeout``), a call that
+            did not complete (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 3``::
+
+            counts = [2, 0, 1]
+            x = jnp.arange(6.0).reshape(3, 2) if rank == 0 else \\
+                jnp.zeros((counts[rank], 2))
+            y = mpx.scatterv(x, counts, 0)   # [[0 1] [2 3]], [], [[4 5]]
+            y, token = jaxmpi.scatterv(x, counts, 0)   # token API
+    """
+    fn = "scatterv"
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    counts = v.counts_arg(counts, fn, "counts", info)
+    root = v.rank_arg(root, fn, "root", info)
+    if info.rank == root:
+        v.rows_arg(x, fn, "x (on the root)", sum(counts),
+                   f"sum(counts)={sum(counts)}")
+    else:
+        v.rows_arg(x, fn, "x (a template off the root)", counts[info.rank],
+                   f"counts[{info.rank}]={counts[info.rank]} (this rank's "
+                   "result)")
+    _join(tok)
+    return _ops.scatterv_p.bind(x, comm=info, counts=counts, root=root)[0]
+
+
+@_pytree.tree_op(rows=True)
+def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
+    """Every rank sends a different number of rows to every rank.
+
+    MPI_Alltoallv. Rank i's ``x`` is ``size`` blocks of rows in rank
+    order: block j, ``sendcounts[j]`` rows, goes to rank j. The result is
+    the blocks received, in rank order: block i, ``recvcounts[i]`` rows,
+    comes from rank i. Rank i's ``sendcounts[j]`` must equal rank j's
+    ``recvcounts[i]``.
+
+    Args:
+        x: an array of shape ``(sum(sendcounts), *s)``, the same ``s`` and
+            dtype on every rank.
+        sendcounts: the rows this rank sends to each rank (a list or tuple
+            of ``size`` static ints >= 0).
+        recvcounts: the rows this rank receives from each rank (a list or
+            tuple of ``size`` static ints >= 0).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        An array of shape ``(sum(recvcounts), *s)``: the rows from rank 0,
+        then those from rank 1, and so on.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a count or root is not a static int, ``comm``
+            is not an intracommunicator, or ``token`` is not a token.
+        ValueError: a count list does not have one count per rank, a count
+            is negative, an array's rows disagree with its count (the error
+            names the argument, its shape and the count), an array is a
+            scalar, a root is out of range, or an array lives on more than
+            one device.
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK`` (and on the calls the default sparse check
+            covers), ranks whose counts, dtype or row shape disagree
+            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
+            with a watchdog timeout (``jaxmpi.set_timeout``), a call that
+            did not complete (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 2``: rank i sends i + j + 1 rows to rank j::
+
+            send = [rank + j + 1 for j in range(2)]
+            recv = [i + rank + 1 for i in range(2)]
+            y = mpx.alltoallv(jnp.ones((sum(send), 3)), send, recv)
+            y, token = jaxmpi.alltoallv(x, send, recv)   # token API
+    """
+    fn = "alltoallv"
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    sendcounts = v.counts_arg(sendcounts, fn, "sendcounts", info)
+    recvcounts = v.counts_arg(recvcounts, fn, "recvcounts", info)
+    v.rows_arg(x, fn, "x", sum(sendcounts),
+               f"sum(sendcounts)={sum(sendcounts)} (sendcounts="
+               f"{list(sendcounts)})")
+    _join(tok)
+    return _ops.alltoallv_p.bind(x, comm=info, sendcounts=sendcounts,
+                                 recvcounts=recvcounts)[0]
+
+
 # The public blocking operations, written once (a literal list, which the
 # documentation's reader can follow): jaxmpi (token API) and jaxmpi.notoken
 # are made from it (adding an operation: docs/design.md).
 __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast",
            "gather", "neighbor_exchange", "recv", "reduce", "scan",
            "scatter", "send", "sendrecv", "has_cuda_support",
-           "halo_exchange", "neighbor_alltoallv"]
+           "halo_exchange", "neighbor_alltoallv", "allgatherv", "gatherv",
+           "scatterv", "alltoallv"]
 OPERATIONS = tuple(n for n in __all__ if n != "has_cuda_support")
 
 # Operations on process topologies (Cartesian, graph), written in

@@ -37,7 +37,7 @@ PRIMITIVES: dict[str, Primitive] = {}
 # attributes cannot hold above 2**63).
 _HANDLE_ATTRS = ("comm", "op", "status")
 _INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
-_ARRAY_ATTRS = ("sources", "dests")
+_ARRAY_ATTRS = ("sources", "dests", "counts", "sendcounts", "recvcounts")
 # Every attribute a handler may receive (the C core's JM_ATTRS, checked at
 # import: _core.check_table), and those that are arrays.
 FFI_ATTRS = (*_HANDLE_ATTRS, *_INT_ATTRS, *_ARRAY_ATTRS, "site")
@@ -647,3 +647,122 @@ def _neighbor_alltoallv_batcher(args, dims, *, recv_avals, **params):
 
 _linear(neighbor_alltoallv_p, _neighbor_alltoallv_transpose)
 batching.primitive_batchers[neighbor_alltoallv_p] = _neighbor_alltoallv_batcher
+
+
+# ---- variable counts along axis 0 ------------------------------------------
+# counts, sendcounts, recvcounts: static tuples of row counts, one per rank,
+# the same on every rank; they reach the C core as int64 array attributes.
+# Rows along axis 0 are what the ranks split; a batch axis goes second (one
+# MPI call for the whole batch: a row then holds every batch element's).
+
+
+def _rows(x, n):
+    return _aval((n, *x.shape[1:]), x.dtype)
+
+
+def _second(x, d):
+    """Batch axis d of x moved to position 1 (axis 0 is split over ranks)."""
+    return jnp.moveaxis(x, d, 1)
+
+
+# ---- allgatherv: every rank gets sum(counts) rows, rank r's counts[r] -----
+allgatherv_p = _define(
+    "allgatherv", lambda x, *, comm, counts: [_rows(x, sum(counts))])
+
+
+def _allgatherv_transpose(cts, x, *, comm, counts):
+    # Reduce-scatter with counts: x̄_r = Σ_s ȳ_s[rows of r]. Each rank sends
+    # ȳ's block of rank j to j (an alltoallv), then sums the size blocks
+    # it gets, in rank order: exact, like allgather's transpose.
+    # (With reduce_scatter(op=SUM, counts=counts) this is one MPI call.)
+    me = counts[comm.rank]
+    ct = _ct(cts[0], _rows(x.aval, sum(counts)))
+    (parts,) = alltoallv_p.bind(ct, comm=comm, sendcounts=counts,
+                                recvcounts=(me,) * comm.size)
+    parts = parts.reshape((comm.size, me, *x.aval.shape[1:]))
+    return [parts.sum(axis=0).astype(ct.dtype)]
+
+
+def _allgatherv_batcher(args, dims, *, comm, counts):
+    (x,), (d,) = args, dims
+    return allgatherv_p.bind(_second(x, d), comm=comm, counts=counts), [1]
+
+
+_linear(allgatherv_p, _allgatherv_transpose)
+batching.primitive_batchers[allgatherv_p] = _allgatherv_batcher
+
+# ---- gatherv: the root gets sum(counts) rows; elsewhere x passes through --
+gatherv_p = _define(
+    "gatherv",
+    lambda x, *, comm, counts, root: [
+        _rows(x, sum(counts)) if comm.rank == root else x],
+    aliases=lambda *, comm, counts, root: None if comm.rank == root else {0: 0},
+)
+
+
+def _gatherv_transpose(cts, x, *, comm, counts, root):
+    # x̄_r = ȳ_root[rows of r] (a scatterv; off the root ct is only its
+    # template), plus its own cotangent off the root.
+    if comm.rank == root:
+        ct = _ct(cts[0], _rows(x.aval, sum(counts)))
+    else:
+        ct = _ct(cts[0], x)
+    (part,) = scatterv_p.bind(ct, comm=comm, counts=counts, root=root)
+    return [part if comm.rank == root else part + ct]
+
+
+def _gatherv_batcher(args, dims, *, comm, counts, root):
+    (x,), (d,) = args, dims
+    return gatherv_p.bind(_second(x, d), comm=comm, counts=counts,
+                          root=root), [1]
+
+
+_linear(gatherv_p, _gatherv_transpose)
+batching.primitive_batchers[gatherv_p] = _gatherv_batcher
+
+# ---- scatterv: rank r gets counts[r] rows of the root's x ------------------
+# Elsewhere x is a template of the result (counts[r] rows), as in scatter.
+scatterv_p = _define(
+    "scatterv",
+    lambda x, *, comm, counts, root: [_rows(x, counts[comm.rank])],
+)
+
+
+def _scatterv_transpose(cts, x, *, comm, counts, root):
+    # The root collects every rank's cotangent; elsewhere x was a template.
+    ct = _ct(cts[0], _rows(x.aval, counts[comm.rank]))
+    (y,) = gatherv_p.bind(ct, comm=comm, counts=counts, root=root)
+    return [y if comm.rank == root else _zeros_from(y, x)]
+
+
+def _scatterv_batcher(args, dims, *, comm, counts, root):
+    (x,), (d,) = args, dims
+    return scatterv_p.bind(_second(x, d), comm=comm, counts=counts,
+                           root=root), [1]
+
+
+_linear(scatterv_p, _scatterv_transpose)
+batching.primitive_batchers[scatterv_p] = _scatterv_batcher
+
+# ---- alltoallv: block j of x (sendcounts[j] rows) goes to rank j ----------
+alltoallv_p = _define(
+    "alltoallv",
+    lambda x, *, comm, sendcounts, recvcounts: [_rows(x, sum(recvcounts))],
+)
+
+
+def _alltoallv_transpose(cts, x, *, comm, sendcounts, recvcounts):
+    # Every block goes back where it came from: counts swapped.
+    ct = _ct(cts[0], _rows(x.aval, sum(recvcounts)))
+    return alltoallv_p.bind(ct, comm=comm, sendcounts=recvcounts,
+                            recvcounts=sendcounts)
+
+
+def _alltoallv_batcher(args, dims, *, comm, sendcounts, recvcounts):
+    (x,), (d,) = args, dims
+    return alltoallv_p.bind(_second(x, d), comm=comm, sendcounts=sendcounts,
+                            recvcounts=recvcounts), [1]
+
+
+_linear(alltoallv_p, _alltoallv_transpose)
+batching.primitive_batchers[alltoallv_p] = _alltoallv_batcher

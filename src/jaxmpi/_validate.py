@@ -385,3 +385,53 @@ class UnsupportedDtypeError(TypeError, RuntimeError):
     """An array of a dtype jaxmpi has no MPI datatype for. A TypeError (a
     wrong argument), and a RuntimeError as mpi4jax raises for it ("Unknown
     MPI type for dtype ...")."""
+
+
+def counts_arg(value, fn: str, name: str, comm: CommInfo) -> tuple:
+    """Row counts, one per rank: a static sequence of ints >= 0 (the same on
+    every rank, which the caller promises and JAXMPI_CHECK verifies)."""
+    if isinstance(value, jax.core.Tracer) or (
+            isinstance(value, (list, tuple))
+            and any(isinstance(c, jax.core.Tracer) for c in value)):
+        raise TypeError(
+            f"{fn}: {name} must be a static sequence of Python ints, got a "
+            f"traced value ({_short(value)}). Counts decide the MPI call and "
+            "the result's shape, so they must be known when the function is "
+            "traced: pass them via jax.jit(f, static_argnums=...) or close "
+            "over them.")
+    if isinstance(value, np.ndarray) and value.ndim == 1 and (
+            np.issubdtype(value.dtype, np.integer)):
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise TypeError(
+            f"{fn}: {name} must be a list or tuple of ints, one per rank, "
+            f"got {type(value).__name__}: {_short(value)}")
+    if len(value) != comm.size:
+        raise ValueError(
+            f"{fn}: {name}={_short(list(value))} has {len(value)} items: "
+            f"it needs one per rank of the communicator ({comm.size})")
+    out = []
+    for i, c in enumerate(value):
+        if isinstance(c, (bool, np.bool_)) or not isinstance(
+                c, (numbers.Integral, np.integer)):
+            raise TypeError(
+                f"{fn}: {name}[{i}] must be an int, got "
+                f"{type(c).__name__}: {c!r}")
+        if not 0 <= int(c) < 2**62:
+            raise ValueError(
+                f"{fn}: {name}[{i}]={int(c)} must be a count of rows, 0 or "
+                "more")
+        out.append(int(c))
+    return tuple(out)
+
+
+def rows_arg(x, fn: str, name: str, rows: int, why: str) -> None:
+    """x has `rows` rows along axis 0 (`why` names the count that says so)."""
+    if x.ndim == 0:
+        raise ValueError(
+            f"{fn}: {name} must have at least one dimension (counts are "
+            f"rows along axis 0), got a scalar of shape ()")
+    if x.shape[0] != rows:
+        raise ValueError(
+            f"{fn}: {name} has {x.shape[0]} rows (shape {tuple(x.shape)}) "
+            f"but {why}: the count and the array disagree")

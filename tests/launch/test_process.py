@@ -67,6 +67,7 @@ def test_wrong_abi_is_a_clear_error(mpirun, tmp_path):
 
 SUITE = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
          "tests/mpi/test_collectives.py", "tests/mpi/test_p2p.py",
+         "tests/mpi/test_vcollectives.py",
          "-k", "not order_without_tokens"]
 
 
@@ -76,7 +77,8 @@ SUITE = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
 def test_large_count_paths(mpirun, mode):
     # The whole suite again with counts above 7 elements treated as "large":
     # exercises the MPI-4 large-count calls, or (without them) derived
-    # datatypes for data movement and chunked reductions.
+    # datatypes for data movement and chunked reductions (the v-forms:
+    # MPI_Alltoallw with a datatype per peer; alltoallv: rows as the unit).
     env = {"JAXMPI_MAX_COUNT": "7"}
     if mode == "derived-datatypes":
         env["JAXMPI_NO_LARGE_COUNT"] = "1"
