@@ -71,6 +71,7 @@ static void op_name(jm_Op op, char *out, size_t len) {
 /* ---- signatures ---------------------------------------------------------- */
 
 #define JM_SIG_DIMS 8
+#define JM_SIG_COUNTS 8
 
 /* What every rank must agree on; plain int64 words and chars, exchanged as
  * bytes between processes of the same build. */
@@ -85,13 +86,19 @@ typedef struct jm_sig {
   int64_t root;     /* -1 when the op has none */
   uint64_t digest;  /* of the unchecked calls since the last checked one */
   int64_t since;    /* number of the first of them */
+  /* The `counts` attribute (reduce_scatter): how many, a hash of all, and
+   * the first JM_SIG_COUNTS for the report; ncounts -1 when none. */
+  int64_t ncounts;
+  uint64_t counts_hash;
+  int64_t counts[JM_SIG_COUNTS];
 } jm_sig;
 
-enum { F_OP, F_SEQ, F_ARRAY, F_REDOP, F_ROOT, F_COUNT, F_DIGEST = F_COUNT };
+enum { F_OP, F_SEQ, F_ARRAY, F_REDOP, F_ROOT, F_COUNTS, F_COUNT,
+       F_DIGEST = F_COUNT };
 
 static const char *const field_names[F_COUNT] = {
     "the operation", "the call number", "the array", "the reduction op",
-    "the root"};
+    "the root", "the counts"};
 
 /* ---- the digest of unchecked calls ---------------------------------------
  * Between two checked calls (default mode) each collective folds what a
@@ -104,6 +111,14 @@ static uint64_t mix(uint64_t h, uint64_t v) {
   return h ^ (h >> 29);
 }
 
+/* A hash of the call's `counts` attribute (0 when it has none). */
+static uint64_t counts_hash(const jm_call *c, const jm_op_desc *desc) {
+  if (!(desc->attrs & JM_A(counts))) return 0;
+  uint64_t h = mix(0x5bd1e995u, (uint64_t)c->ncounts);
+  for (int64_t i = 0; i < c->ncounts; i++) h = mix(h, (uint64_t)jm_count_of(c, i));
+  return h;
+}
+
 static uint64_t fold_call(uint64_t h, const jm_call *c, const jm_op_desc *desc,
                           const jm_buffer *b) {
   /* The first four characters of the name tell every collective apart
@@ -113,6 +128,7 @@ static uint64_t fold_call(uint64_t h, const jm_call *c, const jm_op_desc *desc,
                  (uint64_t)nm[3] << 24);
   h = mix(h, (desc->attrs & JM_A(op)) ? (uint64_t)(int64_t)op_index(c->op) : 99);
   h = mix(h, (desc->attrs & JM_A(root)) ? (uint64_t)(int64_t)c->root : 99);
+  if (desc->attrs & JM_A(counts)) h = mix(h, counts_hash(c, desc));
   if (!b) return mix(h, 98);
   h = mix(h, (uint64_t)b->dtype);
   h = mix(h, (uint64_t)b->ndim);
@@ -130,6 +146,8 @@ static int same_field(const jm_sig *a, const jm_sig *b, int f) {
              memcmp(a->dims, b->dims, sizeof a->dims) == 0;
     case F_REDOP: return strcmp(a->redop, b->redop) == 0;
     case F_DIGEST: return a->digest == b->digest;
+    case F_COUNTS:
+      return a->ncounts == b->ncounts && a->counts_hash == b->counts_hash;
     default: return a->root == b->root;
   }
 }
@@ -160,6 +178,20 @@ static void describe(const jm_sig *s, int f, char *out, size_t len) {
       return;
     }
     case F_REDOP: snprintf(out, len, "op=MPI.%s", s->redop); return;
+    case F_COUNTS: {
+      size_t n = (size_t)snprintf(out, len, "counts=[");
+      for (int64_t i = 0; i < s->ncounts && n < len; i++) {
+        if (i == JM_SIG_COUNTS) {
+          n += (size_t)snprintf(out + n, len - n, ",...(%lld counts)",
+                                (long long)s->ncounts);
+          break;
+        }
+        n += (size_t)snprintf(out + n, len - n, i ? ",%lld" : "%lld",
+                              (long long)s->counts[i]);
+      }
+      if (n < len) snprintf(out + n, len - n, "]");
+      return;
+    }
     case F_DIGEST:
       snprintf(out, len, "history %04llx",
                (unsigned long long)(s->digest & 0xffff));
@@ -288,6 +320,10 @@ static __attribute__((noinline)) XLA_FFI_Error *exchange(
       mine.dims[d] = b->dims[d];
   }
   mine.root = (desc->attrs & JM_A(root)) ? c->root : -1;
+  mine.ncounts = (desc->attrs & JM_A(counts)) ? c->ncounts : -1;
+  mine.counts_hash = counts_hash(c, desc);
+  for (int64_t i = 0; i < c->ncounts && i < JM_SIG_COUNTS; i++)
+    mine.counts[i] = jm_count_of(c, i);
   mine.digest = sh->digest;
   mine.since = sh->digest_since;
   sh->digest = 0;
@@ -320,7 +356,8 @@ static __attribute__((noinline)) XLA_FFI_Error *exchange(
     /* Ranks calling different ops differ in root and reduction op too:
      * report the op, and the array only if it also differs. */
     if (f == F_OP) op_differs = 1;
-    if (op_differs && (f == F_REDOP || f == F_ROOT)) continue;
+    if (op_differs && (f == F_REDOP || f == F_ROOT || f == F_COUNTS))
+      continue;
     char part[900];
     report_field(all, c->size, f, part, sizeof part);
     n += (size_t)snprintf(msg + n, sizeof msg - n, "%s%s: %s", n ? "; " : "",

@@ -240,6 +240,12 @@ void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
   fflush(stderr);
 }
 
+int64_t jm_count_of(const jm_call *c, int64_t i) {
+  int64_t v;
+  memcpy(&v, (const char *)c->counts + i * (int64_t)sizeof v, sizeof v);
+  return v;
+}
+
 /* ---- decoding ----------------------------------------------------------- */
 
 /* The header of a call frame's extension: XLA_FFI_Extension_Base up to
@@ -311,7 +317,7 @@ static const char *const attr_names[JM_NATTRS] = {
     JM_ATTRS(JM_ATTR_NAME)
 #undef JM_ATTR_NAME
 };
-enum { JM_SCALAR, JM_ARRAY };
+enum { JM_SCALAR, JM_ARRAY, JM_COUNTS };
 static const int attr_kinds[JM_NATTRS] = {
 #define JM_ATTR_KIND(name, kind) [JM_ATTR_##name] = JM_##kind,
     JM_ATTRS(JM_ATTR_KIND)
@@ -354,6 +360,17 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
       return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                       "unexpected attribute '%.*s'", (int)name->len, name->ptr);
     seen |= 1u << a;
+    if (attr_kinds[a] == JM_COUNTS) {
+      const XLA_FFI_Array *arr = attrs->attrs[i];
+      if (attrs->types[i] != XLA_FFI_AttrType_ARRAY ||
+          arr->dtype != XLA_FFI_DataType_S64)
+        return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "attribute '%s' must be an int64 array",
+                        attr_names[a]);
+      c->counts = arr->data;
+      c->ncounts = (int64_t)arr->size;
+      continue;
+    }
     if (attr_kinds[a] == JM_ARRAY) {
       if (attrs->types[i] != XLA_FFI_AttrType_ARRAY)
         return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,

@@ -42,6 +42,8 @@ typedef struct jm_call {
   int root, source, dest, tag, sendtag, recvtag;
   int nsources, ndests; /* array attributes */
   int sources[JM_MAX_BUFFERS], dests[JM_MAX_BUFFERS];
+  const void *counts; /* the `counts` attribute's int64s (in XLA's memory) */
+  int64_t ncounts;
   jm_Status *status; /* caller's MPI.Status, or NULL */
   int rank, size;
   unsigned attrs;  /* the op's attributes (JM_A bits) */
@@ -118,6 +120,9 @@ void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
 JM_OPS(JM_DECLARE_OP)
 JM_IOPS(JM_DECLARE_OP)
 #undef JM_DECLARE_OP
+
+/* counts[i] of the `counts` attribute (read unaligned-safe). */
+int64_t jm_count_of(const jm_call *c, int64_t i);
 
 /* 1 if the frame was XLA's metadata query (answered); every handler asks
  * first. */

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <link.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 jm_mpi_api jm_mpi;
@@ -203,6 +204,59 @@ int jm_Scan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
   if (fits(n)) return jm_mpi.Scan(s, r, (int)n, t, op, comm);
   if (use_c(jm_mpi.Scan_c)) return jm_mpi.Scan_c(s, r, n, t, op, comm);
   JM_CHUNKED(n, elsize, s, r, jm_mpi.Scan(cs, cr, cn, t, op, comm));
+}
+
+/* Beyond the count limit without MPI-4's _c calls, reduce-scatter cannot be
+ * chunked elementwise (each chunk's blocks would not be contiguous): it
+ * becomes one (chunked) MPI_Reduce per block onto its rank, correct but
+ * without reduce-scatter's bandwidth. */
+int jm_Reduce_scatter_block(const void *s, void *r, int64_t n, size_t elsize,
+                            jm_Datatype t, jm_Op op, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Ireduce_scatter_block(s, r, (int)n, t, op, comm, &rq),
+             NULL, 0);
+  if (fits(n)) return jm_mpi.Reduce_scatter_block(s, r, (int)n, t, op, comm);
+  if (use_c(jm_mpi.Reduce_scatter_block_c))
+    return jm_mpi.Reduce_scatter_block_c(s, r, n, t, op, comm);
+  int rank, size, rc = jm_mpi.Comm_rank(comm, &rank);
+  if (!rc) rc = jm_mpi.Comm_size(comm, &size);
+  for (int j = 0; j < size && !rc; j++)
+    rc = jm_Reduce(at(s, (int64_t)j * n, elsize), j == rank ? r : NULL, n,
+                   elsize, t, op, j, comm);
+  return rc;
+}
+
+int jm_Reduce_scatter(const void *s, void *r, const int64_t *counts,
+                      int *ints, int size, int rank, size_t elsize,
+                      jm_Datatype t, jm_Op op, jm_Comm comm) {
+  int all_fit = 1;
+  for (int j = 0; j < size; j++) all_fit &= fits(counts[j]);
+  if (all_fit) {
+    for (int j = 0; j < size; j++) ints[j] = (int)counts[j];
+    if (jm_watchdog_on()) {
+      jm_Request rq;
+      int rc = jm_mpi.Ireduce_scatter(s, r, ints, t, op, comm, &rq);
+      return rc ? rc : jm_wait(&rq, NULL, 0);
+    }
+    return jm_mpi.Reduce_scatter(s, r, ints, t, op, comm);
+  }
+  if (use_c(jm_mpi.Reduce_scatter_c))
+    return jm_mpi.Reduce_scatter_c(s, r, (const jm_Count *)counts, t, op, comm);
+  int rc = 0;
+  int64_t off = 0;
+  for (int j = 0; j < size && !rc; j++) {
+    rc = jm_Reduce(at(s, off, elsize), j == rank ? r : NULL, counts[j], elsize,
+                   t, op, j, comm);
+    off += counts[j];
+  }
+  return rc;
+}
+
+int jm_Exscan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
+              jm_Op op, jm_Comm comm) {
+  JM_WATCHED(n, jm_mpi.Iexscan(s, r, (int)n, t, op, comm, &rq), NULL, 0);
+  if (fits(n)) return jm_mpi.Exscan(s, r, (int)n, t, op, comm);
+  if (use_c(jm_mpi.Exscan_c)) return jm_mpi.Exscan_c(s, r, n, t, op, comm);
+  JM_CHUNKED(n, elsize, s, r, jm_mpi.Exscan(cs, cr, cn, t, op, comm));
 }
 
 int jm_Bcast(void *buf, int64_t n, size_t elsize, jm_Datatype t, int root,

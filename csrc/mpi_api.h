@@ -152,7 +152,29 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
      jm_Request *))                                                            \
   X(int, Ialltoall, 1,                                                         \
     (const void *, int, jm_Datatype, void *, int, jm_Datatype, jm_Comm,        \
-     jm_Request *))
+     jm_Request *))                                                            \
+  JM_MPI_REDUCE_SCATTER_EXSCAN_FUNCTIONS(X)
+
+/* reduce_scatter and exscan (MPI-2/3; the _c variants MPI-4, optional). */
+#define JM_MPI_REDUCE_SCATTER_EXSCAN_FUNCTIONS(X)                              \
+  X(int, Reduce_scatter_block, 1,                                              \
+    (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm))                  \
+  X(int, Reduce_scatter_block_c, 0,                                            \
+    (const void *, void *, jm_Count, jm_Datatype, jm_Op, jm_Comm))             \
+  X(int, Ireduce_scatter_block, 1,                                             \
+    (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm, jm_Request *))    \
+  X(int, Reduce_scatter, 1,                                                    \
+    (const void *, void *, const int *, jm_Datatype, jm_Op, jm_Comm))          \
+  X(int, Reduce_scatter_c, 0,                                                  \
+    (const void *, void *, const jm_Count *, jm_Datatype, jm_Op, jm_Comm))     \
+  X(int, Ireduce_scatter, 1,                                                   \
+    (const void *, void *, const int *, jm_Datatype, jm_Op, jm_Comm,           \
+     jm_Request *))                                                            \
+  X(int, Exscan, 1, (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm))  \
+  X(int, Exscan_c, 0,                                                          \
+    (const void *, void *, jm_Count, jm_Datatype, jm_Op, jm_Comm))             \
+  X(int, Iexscan, 1,                                                           \
+    (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm, jm_Request *))
 
 #define JM_DECLARE_FN(ret, name, req, params) ret(*name) params;
 typedef struct jm_mpi_api {
@@ -215,6 +237,20 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
                 int dest, int sendtag, void *r, int64_t rn, size_t relsize,
                 jm_Datatype rt, int source, int recvtag, jm_Comm comm,
                 jm_Status *status);
+
+/* Rank r gets op over ranks of s's block r (n elements per block). */
+int jm_Reduce_scatter_block(const void *s, void *r, int64_t n, size_t elsize,
+                            jm_Datatype t, jm_Op op, jm_Comm comm);
+/* Rank r gets op over ranks of s's block r of counts[r] elements (blocks in
+ * rank order); `size` counts; `ints`: room for `size` ints, which MPI reads
+ * until the call completes (a call the watchdog abandoned: keep it). */
+int jm_Reduce_scatter(const void *s, void *r, const int64_t *counts,
+                      int *ints, int size, int rank, size_t elsize,
+                      jm_Datatype t, jm_Op op, jm_Comm comm);
+/* Exclusive prefix reduction (the receive buffer of rank 0 is untouched or
+ * undefined, as MPI says: the caller fills it). */
+int jm_Exscan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
+              jm_Op op, jm_Comm comm);
 
 /* Barrier, through the watchdog like every other call. */
 int jm_Barrier(jm_Comm comm);

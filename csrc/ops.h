@@ -24,8 +24,11 @@
   X(source, SCALAR)                                                            \
   X(sources, ARRAY)                                                            \
   X(status, SCALAR)                                                            \
-  X(tag, SCALAR)
+  X(tag, SCALAR)                                                               \
+  X(counts, COUNTS)
 
+/* COUNTS: an int64 array of any length (one per rank), read in place from
+ * the attribute (jm_call.counts, jm_count_of). */
 #define JM_ATTR_ENUM(name, type) JM_ATTR_##name,
 enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
 #undef JM_ATTR_ENUM
@@ -48,7 +51,16 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
     JM_A(comm) | JM_A(source) | JM_A(dest) | JM_A(sendtag) | JM_A(recvtag) |   \
         JM_A(status))                                                          \
   X(neighbor_exchange, JM_VARIADIC, JM_VARIADIC, 0,                            \
-    JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
+    JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))                      \
+  JM_OPS_REDUCE_SCATTER_EXSCAN(X)
+
+/* reduce_scatter (counts: rows of x's first axis each rank gets,
+ * MPI_Reduce_scatter),
+ * reduce_scatter_block (equal blocks) and exscan. */
+#define JM_OPS_REDUCE_SCATTER_EXSCAN(X)                                        \
+  X(reduce_scatter_block, 1, 1, 0, JM_A(comm) | JM_A(op))                      \
+  X(reduce_scatter, 1, 1, 0, JM_A(comm) | JM_A(op) | JM_A(counts))             \
+  X(exscan, 1, 1, 0, JM_A(comm) | JM_A(op))
 
 /* Non-blocking starts (request.c), XLA:CPU only. Result 0 is the request's
  * handle (a float32 scalar, see request.h); the other results are the

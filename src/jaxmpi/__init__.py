@@ -30,7 +30,8 @@ from ._core import MPIConfigurationError
 from ._version import __version__
 
 _core.check_thread_level()
-_core.get().register_ffi_targets((*_api.OPERATIONS, "join_token"))
+_core.get().register_ffi_targets((*_api.OPERATIONS, *_api.FFI_TARGETS,
+                                    "join_token"))
 _core.get().register_cpu_targets((*_nonblocking.OPERATIONS, "wait"))
 
 # jaxmpi's own communicator: its traffic never meets the user's mpi4py traffic.
@@ -135,6 +136,8 @@ scan = _with_token(_api.scan)
 scatter = _with_token(_api.scatter)
 send = _with_token(_api.send)
 sendrecv = _with_token(_api.sendrecv)
+reduce_scatter = _with_token(_api.reduce_scatter)
+exscan = _with_token(_api.exscan)
 has_cuda_support = _api.has_cuda_support
 
 # Non-blocking operations (docs/nonblocking.md): each returns

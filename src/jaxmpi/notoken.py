@@ -25,6 +25,7 @@ from ._api import (  # noqa: F401
     send,
     sendrecv,
 )
+from ._api import exscan, reduce_scatter  # noqa: F401
 
 from ._nonblocking import (  # noqa: F401
     Request,
@@ -51,4 +52,5 @@ __all__ = [
     "isendrecv", "wait", "waitall",
     "allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
     "has_cuda_support", "neighbor_exchange", "recv", "reduce", "scan", "scatter", "send", "sendrecv",
+    "reduce_scatter", "exscan",
 ]
