@@ -46,19 +46,19 @@ def _identity(opname, dtype):
 
 def _block_input(dtype, opname, seed):
     small = opname == "PROD"
-    return [data(r, (SIZE, 2, 3), dtype, seed=seed, small=small)
+    return [data(r, (SIZE, 2, 5), dtype, seed=seed, small=small)
             for r in range(SIZE)]
 
 
 def _v_input(dtype, opname, seed):
     small = opname == "PROD"
-    return [data(r, (sum(COUNTS), 2), dtype, seed=seed, small=small)
+    return [data(r, (sum(COUNTS), 5), dtype, seed=seed, small=small)
             for r in range(SIZE)]
 
 
 def _scan_input(dtype, opname, seed):
     small = opname == "PROD"
-    return [data(r, (3, 2), dtype, seed=seed, small=small)
+    return [data(r, (3, 5), dtype, seed=seed, small=small)
             for r in range(SIZE)]
 
 
@@ -70,7 +70,7 @@ def _refs(dtype, opname, seed):
     v = reduce_ref([a[lo:hi] for a in vs], opname, dtype)
     scans = _scan_input(dtype, opname, seed)
     if RANK == 0:
-        ex = np.broadcast_to(_identity(opname, dtype), (3, 2)).astype(dtype)
+        ex = np.broadcast_to(_identity(opname, dtype), (3, 5)).astype(dtype)
     else:
         ex = reduce_ref(scans[:RANK], opname, dtype)
     return block, v, ex
