@@ -56,7 +56,8 @@ from mpi4py import MPI
 
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
-OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall")
+OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall",
+       "reduce_scatter")
 
 
 def timed(run_batch, n):
@@ -93,6 +94,8 @@ def shapes(op, count):
         return (SIZE, count), (SIZE, count)
     if op == "allgather":
         return (count,), (SIZE, count)
+    if op == "reduce_scatter":  # the message: each rank's result block
+        return (SIZE, count), (count,)
     return (count,), (count,)
 
 
@@ -114,9 +117,12 @@ def bench_mpi4py(args, emit):
                 "bcast": lambda a, b: comm.Bcast(a if RANK == 0 else b, root=0),
                 "allgather": lambda a, b: comm.Allgather(a, b),
                 "alltoall": lambda a, b: comm.Alltoall(a, b),
+                "reduce_scatter": lambda a, b: comm.Reduce_scatter_block(
+                    a, b, op=MPI.SUM),
             }[op]
 
-            def fn(call=call, bufs=[x, y], swap=op != "allgather"):
+            def fn(call=call, bufs=[x, y],
+                   swap=op not in ("allgather", "reduce_scatter")):
                 # Each call's input is the last one's result, as in the
                 # jitted loops: the buffers swap roles (allgather's result
                 # is larger: the same input every call).
@@ -144,7 +150,7 @@ def check_input(op, count):
     """A rank-dependent input for --check: element j of block k is
     rank * SIZE + k + 1 (one block unless alltoall)."""
     xs, _ = shapes(op, count)
-    blocks = xs[0] if op == "alltoall" else 1
+    blocks = xs[0] if op in ("alltoall", "reduce_scatter") else 1
     x = RANK * SIZE + 1 + np.arange(blocks, dtype=np.float32)[:, None]
     return np.broadcast_to(x, (blocks, count)).reshape(xs).copy()
 
@@ -161,6 +167,8 @@ def expected(op, count):
         return one
     if op == "allgather":
         return np.stack([one * (r * SIZE + 1) for r in range(SIZE)])
+    if op == "reduce_scatter":
+        return one * sum(r * SIZE + RANK + 1 for r in range(SIZE))
     return np.stack([one * (r * SIZE + RANK + 1) for r in range(SIZE)])
 
 
@@ -181,6 +189,8 @@ def carry_fn(op):
     (an O(1) dynamic-update-slice), so each iteration depends on the last."""
     if op == "allgather":
         return lambda x, y: x.at[0].set(y[-1, 0])
+    if op == "reduce_scatter":  # the result is one block of the input
+        return lambda x, y: x.at[0, 0].set(y[0])
     return lambda x, y: y
 
 
@@ -213,7 +223,8 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
 
         jloop = wrap(loop, 2)
         jcall = wrap(f, 1)
-        chained = op != "allgather"  # results of allgather are bigger
+        # Results of allgather are bigger, of reduce_scatter smaller.
+        chained = op not in ("allgather", "reduce_scatter")
         for nbytes in args.sizes:
             xs, _ = shapes(op, nbytes // 4)
             if args.check:
@@ -225,6 +236,10 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
                     y = np.concatenate([[(SIZE - 1) * SIZE + 1], y[1:]])
                     want = check_input(op, nbytes // 4)
                     want[0] = (SIZE - 1) * SIZE + 1
+                    assert np.array_equal(y, want), (args.impl, op, "loop")
+                elif op == "reduce_scatter":
+                    want = check_input(op, nbytes // 4)
+                    want[0, 0] = expected(op, nbytes // 4)[0]
                     assert np.array_equal(y, want), (args.impl, op, "loop")
                 else:
                     check(args.impl, op, y, nbytes // 4)
@@ -285,6 +300,8 @@ def mpi_style_ops(lib, comm):
         "bcast": lambda x: lib.bcast(x, 0, comm=comm),
         "allgather": lambda x: lib.allgather(x, comm=comm),
         "alltoall": lambda x: lib.alltoall(x, comm=comm),
+        **({"reduce_scatter": lambda x: lib.reduce_scatter(
+            x, MPI.SUM, comm=comm)} if hasattr(lib, "reduce_scatter") else {}),
     }
 
 
@@ -293,6 +310,11 @@ def bench_mpi_style(lib, comm, args, emit):
     import jax.numpy as jnp
 
     ops = mpi_style_ops(lib, comm)
+    missing = [op for op in args.ops if op not in ops]
+    if missing and RANK == 0:
+        print(f"worker: {args.impl} has no {', '.join(missing)}: skipped",
+              file=sys.stderr)
+    args.ops = [op for op in args.ops if op in ops]
     bench_jax_based(args, emit, ops.__getitem__,
                     lambda fn, nargs: jax.jit(fn), jnp.asarray, np.asarray)
 
@@ -369,6 +391,8 @@ def bench_jax(args, emit):
         "bcast": bcast,
         "allgather": lambda x: lax.all_gather(x, "i"),
         "alltoall": lambda x: lax.all_to_all(x, "i", 0, 0, tiled=True),
+        "reduce_scatter": lambda x: lax.psum_scatter(x, "i",
+                                                     scatter_dimension=0),
     }
 
     def wrap(fn, nargs):

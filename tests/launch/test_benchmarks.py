@@ -11,7 +11,8 @@ import sys
 
 from conftest import ROOT, launcher, san_env
 
-OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall")
+OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall",
+       "reduce_scatter")
 SIZES = (4, 1024)
 
 
