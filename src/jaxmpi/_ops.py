@@ -634,21 +634,66 @@ for _platform in LOWERING_PLATFORMS:
                            platform=_platform, **_UNCACHED)
 
 
+def _gather_blocks(y, comm, counts):
+    """Every rank's block y_r, in x's layout: an allgather (its v-form for
+    counts: each block padded to the largest count, then the padding cut
+    away)."""
+    if counts is None:
+        return allgather_p.bind(y, comm=comm)[0]
+    top = max(counts)
+    pad = jnp.pad(y, [(0, top - y.shape[0])] + [(0, 0)] * (y.ndim - 1))
+    (g,) = allgather_p.bind(pad, comm=comm)
+    return jnp.concatenate([g[j, :c] for j, c in enumerate(counts)], axis=0)
+
+
+def _reduce_scatter_jvp(primals, tangents, *, comm, op, counts):
+    # As allreduce's (docs/autodiff.md), with each rank's block: SUM is
+    # linear; MAX/MIN send the tangent of the rank(s) holding the extreme
+    # value (ties split evenly); PROD is exact also where some x_s = 0.
+    (x,), (t,) = primals, tangents
+    rs = partial(reduce_scatter_p.bind, comm=comm, counts=counts)
+    (y,) = rs(x, op=op)
+    if type(t) is ad.Zero:
+        return [y], [ad.Zero.from_primal_value(y)]
+    t = ad.instantiate_zeros(t)
+    total = partial(rs, op=_sum_op(x.dtype))
+    if op.name == "SUM":
+        (dy,) = rs(t, op=op)
+    elif op.name in ("MAX", "MIN"):
+        mask = x == _gather_blocks(y, comm, counts)
+        (count,) = total(mask.astype(x.dtype))
+        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))
+        dy = dy / count
+    elif op.name == "PROD":
+        zero = x == 0
+        one = jnp.ones_like(x)
+        (nonzero_prod,) = rs(jnp.where(zero, one, x), op=op)
+        (nzeros,) = rs(zero.astype(np.int32), op=_sum_op(np.int32))
+        full = lambda v: _gather_blocks(v, comm, counts)
+        y_all, nzp_all, nz_all = full(y), full(nonzero_prod), full(nzeros)
+        others = jnp.where(nz_all == 0, y_all / jnp.where(zero, one, x),
+                           jnp.where((nz_all == 1) & zero, nzp_all,
+                                     jnp.zeros_like(x)))
+        (dy,) = total(t * others)
+    else:
+        raise NotImplementedError(
+            f"jaxmpi.reduce_scatter: derivatives are defined for MPI.SUM, "
+            f"MPI.PROD, MPI.MAX and MPI.MIN, not {op}"
+        )
+    return [y], [dy]
+
+
 def _reduce_scatter_transpose(cts, x, *, comm, op, counts):
     # x̄_s[block r] = ȳ_r on every rank s: an allgather of the cotangents
-    # (its v-form for counts: each block padded to the largest count, then
-    # the padding cut away, which is exact).
-    _sum_only("reduce_scatter", op)
+    # (exact with counts too).
+    if op.name != "SUM":
+        raise NotImplementedError(
+            f"jaxmpi.reduce_scatter: {op} is not linear; transpose needs "
+            "MPI.SUM")
     shape, dtype = x.aval.shape, x.aval.dtype
     ct = _ct(cts[0], _reduce_scatter_shape(
         _aval(shape, dtype), comm=comm, op=op, counts=counts)[0])
-    if counts is None:
-        (g,) = allgather_p.bind(ct, comm=comm)
-        return [g]
-    top = max(counts)
-    pad = jnp.pad(ct, [(0, top - ct.shape[0])] + [(0, 0)] * (ct.ndim - 1))
-    (g,) = allgather_p.bind(pad, comm=comm)
-    return [jnp.concatenate([g[j, :c] for j, c in enumerate(counts)], axis=0)]
+    return [_gather_blocks(ct, comm, counts)]
 
 
 def _reduce_scatter_batcher(args, dims, *, comm, op, counts):
@@ -660,7 +705,7 @@ def _reduce_scatter_batcher(args, dims, *, comm, op, counts):
             [0 if counts is None else 1])
 
 
-_sum_only_jvp(reduce_scatter_p, "reduce_scatter")
+ad.primitive_jvps[reduce_scatter_p] = _reduce_scatter_jvp
 ad.primitive_transposes[reduce_scatter_p] = _reduce_scatter_transpose
 batching.primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
 
