@@ -192,6 +192,8 @@ def test_jvp_of_max_min_prod_as_allreduce():
     vx = [data(r, (sum(COUNTS), 6), np.float64, seed=1) for r in range(SIZE)]
     vt = [data(r, (sum(COUNTS), 6), np.float64, seed=4) + 0.25 * r
           for r in range(SIZE)]
+    for a in xs + vx:  # column 0: a tie of every rank (at 2 ranks too)
+        a[..., 0] = 1.5
     ops = ("MAX", "MIN", "PROD")
 
     def f(x, t, v, w):
