@@ -4,7 +4,8 @@
  *        [PAGES [LABEL]]]]
  *   OPS      comma-separated: allreduce,sendrecv,bcast,allgather,alltoall,
  *            allgatherv,alltoallv (the v-forms with every count equal, as
- *            benchmarks/worker.py calls them)
+ *            benchmarks/worker.py calls them),
+ *            reduce_scatter
  *   SIZES    comma-separated message sizes in bytes (multiples of 4)
  *   THREADS  "multiple" (default: MPI_THREAD_MULTIPLE, the level mpi4py
  *            asks for, so that C and the Python-based jobs run the same
@@ -25,8 +26,9 @@
  * barriers; a sample is the slowest rank's time / n. Rank 0 appends one
  * JSON line per op and size. Buffers are float32, allocated and written
  * once before timing (warm). Message size convention: the per-rank input
- * (allreduce, sendrecv, bcast, allgather) or the per-destination block
- * (alltoall). */
+ * (allreduce, sendrecv, bcast, allgather), the per-destination block
+ * (alltoall) or the per-rank result block (reduce_scatter; out of place,
+ * as jaxmpi calls MPI_Reduce_scatter_block). */
 #include <mpi.h>
 #include <stdio.h>
 #include <sys/mman.h>
@@ -81,6 +83,9 @@ static void run_op(const char *op, float *x, float *y, int count) {
       CHECK(MPI_Alltoallv(x, cd, cd + size, MPI_FLOAT, y, cd, cd + size,
                           MPI_FLOAT, MPI_COMM_WORLD));
     free(cd);
+  } else if (!strcmp(op, "reduce_scatter")) {
+    CHECK(MPI_Reduce_scatter_block(x, y, count, MPI_FLOAT, MPI_SUM,
+                                   MPI_COMM_WORLD));
   } else {
     if (rank == 0) fprintf(stderr, "bench_c: unknown op %s\n", op);
     MPI_Abort(MPI_COMM_WORLD, 2);
@@ -93,8 +98,8 @@ static double batch(const char *op, float *x, float *y, int count, long n) {
   double t0 = MPI_Wtime();
   /* Each call's input is the last one's result, as in the jitted loops of
    * worker.py: the buffers swap roles every call (allgather's result is
-   * larger: the same input every call). */
-  const int swap = strncmp(op, "allgather", 9) != 0;
+   * larger, reduce_scatter's smaller: the same input every call). */
+  const int swap = strncmp(op, "allgather", 9) && strcmp(op, "reduce_scatter");
   for (long i = 0; i < n; i++) {
     if (swap && (i & 1))
       run_op(op, y, x, count);
@@ -140,8 +145,10 @@ int main(int argc, char **argv) {
          s = strtok_r(NULL, ",", &save_sz)) {
       long bytes = atol(s);
       int count = (int)(bytes / 4);
-      /* Output of allgather/alltoall: size blocks; alltoall input too. */
-      size_t nx = (size_t)count * (strncmp(op, "alltoall", 8) ? 1 : size);
+      /* Output of allgather/alltoall: size blocks; alltoall and
+       * reduce_scatter input too. */
+      size_t nx = (size_t)count * (strncmp(op, "alltoall", 8) &&
+                                   strcmp(op, "reduce_scatter") ? 1 : size);
       size_t ny = (size_t)count * size;
       /* Page-aligned: XLA and NumPy align their buffers (64 bytes at least),
        so alignment is no difference between C and the others. */

@@ -29,7 +29,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall",
-       "allgatherv", "alltoallv")
+       "allgatherv", "alltoallv", "reduce_scatter")
 FULL_SIZES = [4 * 4**k for k in range(13)]  # 4 B .. 64 MiB
 QUICK_SIZES = [4, 1024, 65536, 1 << 20]
 IMPLS = ("c", "c_mt", "c_huge", "mpi4py", "mpi4jax", "jax", "jaxmpi", "plain")
@@ -393,10 +393,11 @@ def noisy_slower(stats, a, b):
 
 
 def check_targets(stats, args):
-    """The speed targets of jaxmpi (in loop, allreduce and sendrecv), on the
-    medians; the same comparison of the best batches is shown beside."""
+    """The speed targets of jaxmpi (in loop, allreduce, sendrecv and
+    reduce_scatter), on the medians; the same comparison of the best batches
+    is shown beside."""
     out = []
-    for op in ("allreduce", "sendrecv"):
+    for op in ("allreduce", "sendrecv", "reduce_scatter"):
         if op not in args.ops:
             continue
         for nbytes in args.sizes:

@@ -57,7 +57,7 @@ from mpi4py import MPI
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
 OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall",
-       "allgatherv", "alltoallv")
+       "allgatherv", "alltoallv", "reduce_scatter")
 
 
 def timed(run_batch, n):
@@ -99,6 +99,8 @@ def shapes(op, count):
         return (count,), (SIZE * count,)
     if op == "alltoallv":
         return (SIZE * count,), (SIZE * count,)
+    if op == "reduce_scatter":  # the message: each rank's result block
+        return (SIZE, count), (count,)
     return (count,), (count,)
 
 
@@ -128,10 +130,12 @@ def bench_mpi4py(args, emit):
                     a, [b, [a.size] * SIZE]),
                 "alltoallv": lambda a, b: comm.Alltoallv(
                     [a, [a.size // SIZE] * SIZE], [b, [b.size // SIZE] * SIZE]),
+                "reduce_scatter": lambda a, b: comm.Reduce_scatter_block(
+                    a, b, op=MPI.SUM),
             }[op]
 
-            def fn(call=call, bufs=[x, y], swap=op not in ("allgather",
-                                                           "allgatherv")):
+            def fn(call=call, bufs=[x, y], swap=op not in (
+                    "allgather", "allgatherv", "reduce_scatter")):
                 # Each call's input is the last one's result, as in the
                 # jitted loops: the buffers swap roles (allgather's result
                 # is larger: the same input every call).
@@ -159,7 +163,8 @@ def check_input(op, count):
     """A rank-dependent input for --check: element j of block k is
     rank * SIZE + k + 1 (one block unless alltoall)."""
     xs, _ = shapes(op, count)
-    blocks = SIZE if TWIN.get(op, op) == "alltoall" else 1
+    blocks = SIZE if TWIN.get(op, op) == "alltoall" else (
+        xs[0] if op == "reduce_scatter" else 1)
     x = RANK * SIZE + 1 + np.arange(blocks, dtype=np.float32)[:, None]
     return np.broadcast_to(x, (blocks, count)).reshape(xs).copy()
 
@@ -177,6 +182,8 @@ def expected(op, count):
         return one
     if op == "allgather":
         return np.stack([one * (r * SIZE + 1) for r in range(SIZE)])
+    if op == "reduce_scatter":
+        return one * sum(r * SIZE + RANK + 1 for r in range(SIZE))
     return np.stack([one * (r * SIZE + RANK + 1) for r in range(SIZE)])
 
 
@@ -199,6 +206,8 @@ def carry_fn(op):
         return lambda x, y: x.at[0].set(y[-1, 0])
     if op == "allgatherv":
         return lambda x, y: x.at[0].set(y[-1])
+    if op == "reduce_scatter":  # the result is one block of the input
+        return lambda x, y: x.at[0, 0].set(y[0])
     return lambda x, y: y
 
 
@@ -237,7 +246,8 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
 
         jloop = wrap(loop, 2)
         jcall = wrap(f, 1)
-        chained = op not in ("allgather", "allgatherv")  # bigger results
+        # Results of allgather(v) are bigger, of reduce_scatter smaller.
+        chained = op not in ("allgather", "allgatherv", "reduce_scatter")
         for nbytes in args.sizes:
             xs, _ = shapes(op, nbytes // 4)
             if args.check:
@@ -249,6 +259,10 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
                     y = np.concatenate([[(SIZE - 1) * SIZE + 1], y[1:]])
                     want = check_input(op, nbytes // 4)
                     want[0] = (SIZE - 1) * SIZE + 1
+                    assert np.array_equal(y, want), (args.impl, op, "loop")
+                elif op == "reduce_scatter":
+                    want = check_input(op, nbytes // 4)
+                    want[0, 0] = expected(op, nbytes // 4)[0]
                     assert np.array_equal(y, want), (args.impl, op, "loop")
                 else:
                     check(args.impl, op, y, nbytes // 4)
@@ -315,6 +329,8 @@ def mpi_style_ops(lib, comm):
                 x, [x.shape[0] // SIZE] * SIZE, [x.shape[0] // SIZE] * SIZE,
                 comm=comm)}
            if hasattr(lib, "allgatherv") else {}),
+        **({"reduce_scatter": lambda x: lib.reduce_scatter(
+            x, MPI.SUM, comm=comm)} if hasattr(lib, "reduce_scatter") else {}),
     }
 
 
@@ -323,6 +339,11 @@ def bench_mpi_style(lib, comm, args, emit):
     import jax.numpy as jnp
 
     ops = mpi_style_ops(lib, comm)
+    missing = [op for op in args.ops if op not in ops]
+    if missing and RANK == 0:
+        print(f"worker: {args.impl} has no {', '.join(missing)}: skipped",
+              file=sys.stderr)
+    args.ops = [op for op in args.ops if op in ops]
     bench_jax_based(args, emit, ops.__getitem__,
                     lambda fn, nargs: jax.jit(fn), jnp.asarray, np.asarray)
 
@@ -399,6 +420,8 @@ def bench_jax(args, emit):
         "bcast": bcast,
         "allgather": lambda x: lax.all_gather(x, "i"),
         "alltoall": lambda x: lax.all_to_all(x, "i", 0, 0, tiled=True),
+        "reduce_scatter": lambda x: lax.psum_scatter(x, "i",
+                                                     scatter_dimension=0),
     }
 
     def wrap(fn, nargs):

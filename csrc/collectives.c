@@ -390,3 +390,82 @@ XLA_FFI_Error *jm_run_alltoallv(jm_call *c) {
   vplan_free(&r);
   return err;
 }
+
+/* ---- reduce_scatter and exscan ------------------------------------------ */
+
+/* Where to receive `count` elements: an empty result may share its (empty)
+ * buffer's address with the input (XLA does so), which MPICH rejects as
+ * aliased buffers ("Buffers must not be aliased"), so it gets an address of
+ * its own; nothing is written there. */
+#define JM_RECV_PTR(y, empty) ((y)->count ? (y)->data : (void *)&(empty))
+
+/* x holds size blocks of y's size; rank r gets op over ranks of block r.
+ * Never in place: MPI_IN_PLACE would take the input from the (smaller)
+ * result buffer. */
+XLA_FFI_Error *jm_run_reduce_scatter_block(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  JM_EXPECT(c, same_type(x, y) && x->count == y->count * (int64_t)c->size,
+            "the input must hold size x result elements");
+  char empty;
+  JM_MPI(c, "MPI_Reduce_scatter_block", NULL, 0, y->count, y->dtype,
+         jm_Reduce_scatter_block(x->data, JM_RECV_PTR(y, empty), y->count,
+                                 y->elsize, y->mpi, c->op, c->comm));
+  return NULL;
+}
+
+/* counts[r] rows (of x's first axis) to rank r, the blocks of x in rank
+ * order. The counts are rows, as the user wrote them (and as JAXMPI_CHECK
+ * reports them); a row is x's elements over sum(counts). */
+XLA_FFI_Error *jm_run_reduce_scatter(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  JM_EXPECT(c, c->nrows[JM_ROWS_COUNTS] == c->size,
+            "counts has %lld entries for a communicator of %d ranks",
+            (long long)c->nrows[JM_ROWS_COUNTS], c->size);
+  int64_t total = 0;
+  for (int j = 0; j < c->size; j++) {
+    int64_t n = jm_rows(c, JM_ROWS_COUNTS, j);
+    JM_EXPECT(c, n >= 0, "counts[%d] = %lld is negative", j, (long long)n);
+    total += n;
+  }
+  const int64_t row = total ? x->count / total : 0;
+  JM_EXPECT(c, same_type(x, y) && x->count == row * total &&
+                   y->count == row * jm_rows(c, JM_ROWS_COUNTS, c->rank),
+            "the input must hold sum(counts) = %lld rows and the result "
+            "counts[%d] = %lld rows (got %lld and %lld elements)",
+            (long long)total, c->rank, (long long)jm_rows(c, JM_ROWS_COUNTS, c->rank),
+            (long long)x->count, (long long)y->count);
+  /* The counts as int64 (aligned) and as int, for MPI. */
+  const size_t n = (size_t)c->size;
+  char *mem = malloc(n * (sizeof(int64_t) + sizeof(int)));
+  if (!mem)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "out of memory for %d counts", c->size);
+  int64_t *counts = (int64_t *)(void *)mem;
+  int *ints = (int *)(void *)(mem + n * sizeof(int64_t));
+  for (int j = 0; j < c->size; j++) counts[j] = row * jm_rows(c, JM_ROWS_COUNTS, j);
+  char empty;
+  double t0 = jm_log_start();
+  int rc = jm_Reduce_scatter(x->data, JM_RECV_PTR(y, empty), counts, ints,
+                             c->size, c->rank, y->elsize, y->mpi, c->op,
+                             c->comm);
+  if (jm_cfg.debug)
+    jm_log(c, "MPI_Reduce_scatter", NULL, 0, y->count, y->dtype, t0);
+  /* A call the watchdog abandoned may still read the counts: keep them. */
+  if (!(rc && jm_watchdog_on())) free(mem);
+  if (rc) return jm_mpi_failure(c, "MPI_Reduce_scatter", NULL, 0, rc);
+  return NULL;
+}
+
+/* Rank r gets op over ranks 0..r-1. Rank 0's result, which MPI leaves
+ * undefined, is the op's identity, written by the lowering (_ops.py). */
+XLA_FFI_Error *jm_run_exscan(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+  JM_EXPECT(c, same_type(x, y) && x->count == y->count,
+            "result must match the input's shape and dtype");
+  const void *s = send_buffer(x, y);
+  char empty;
+  JM_MPI(c, "MPI_Exscan", NULL, 0, x->count, x->dtype,
+         jm_Exscan(s, JM_RECV_PTR(y, empty), x->count, x->elsize, x->mpi, c->op,
+                   c->comm));
+  return NULL;
+}

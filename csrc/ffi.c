@@ -251,6 +251,7 @@ void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
   fflush(stderr);
 }
 
+
 /* ---- decoding ----------------------------------------------------------- */
 
 /* The header of a call frame's extension: XLA_FFI_Extension_Base up to

@@ -133,6 +133,7 @@ JM_OPS(JM_DECLARE_OP)
 JM_IOPS(JM_DECLARE_OP)
 #undef JM_DECLARE_OP
 
+
 /* 1 if the frame was XLA's metadata query (answered); every handler asks
  * first. */
 int jm_answer_metadata_query(XLA_FFI_CallFrame *frame);

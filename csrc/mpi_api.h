@@ -198,7 +198,29 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
      jm_Request *))                                                            \
   X(int, Ialltoall, 1,                                                         \
     (const void *, int, jm_Datatype, void *, int, jm_Datatype, jm_Comm,        \
-     jm_Request *))
+     jm_Request *))                                                            \
+  JM_MPI_REDUCE_SCATTER_EXSCAN_FUNCTIONS(X)
+
+/* reduce_scatter and exscan (MPI-2/3; the _c variants MPI-4, optional). */
+#define JM_MPI_REDUCE_SCATTER_EXSCAN_FUNCTIONS(X)                              \
+  X(int, Reduce_scatter_block, 1,                                              \
+    (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm))                  \
+  X(int, Reduce_scatter_block_c, 0,                                            \
+    (const void *, void *, jm_Count, jm_Datatype, jm_Op, jm_Comm))             \
+  X(int, Ireduce_scatter_block, 1,                                             \
+    (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm, jm_Request *))    \
+  X(int, Reduce_scatter, 1,                                                    \
+    (const void *, void *, const int *, jm_Datatype, jm_Op, jm_Comm))          \
+  X(int, Reduce_scatter_c, 0,                                                  \
+    (const void *, void *, const jm_Count *, jm_Datatype, jm_Op, jm_Comm))     \
+  X(int, Ireduce_scatter, 1,                                                   \
+    (const void *, void *, const int *, jm_Datatype, jm_Op, jm_Comm,           \
+     jm_Request *))                                                            \
+  X(int, Exscan, 1, (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm))  \
+  X(int, Exscan_c, 0,                                                          \
+    (const void *, void *, jm_Count, jm_Datatype, jm_Op, jm_Comm))             \
+  X(int, Iexscan, 1,                                                           \
+    (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm, jm_Request *))
 
 #define JM_DECLARE_FN(ret, name, req, params) ret(*name) params;
 typedef struct jm_mpi_api {

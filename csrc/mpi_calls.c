@@ -132,6 +132,67 @@ int jm_Scan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
   return 0;
 }
 
+/* Beyond the count limit without MPI-4's _c calls, reduce-scatter cannot be
+ * chunked elementwise (each chunk's blocks would not be contiguous): it
+ * becomes one (chunked) MPI_Reduce per block onto its rank, correct but
+ * without reduce-scatter's bandwidth. */
+int jm_Reduce_scatter_block(const void *s, void *r, int64_t n, size_t elsize,
+                            jm_Datatype t, jm_Op op, jm_Comm comm) {
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Ireduce_scatter_block(s, r, (int)n, t, op, comm, &rq),
+                  &rq, NULL, 0);
+  if (fits(n)) return jm_mpi.Reduce_scatter_block(s, r, (int)n, t, op, comm);
+  if (use_c(jm_mpi.Reduce_scatter_block_c))
+    return jm_mpi.Reduce_scatter_block_c(s, r, n, t, op, comm);
+  int rank, size, rc = jm_mpi.Comm_rank(comm, &rank);
+  if (!rc) rc = jm_mpi.Comm_size(comm, &size);
+  for (int j = 0; j < size && !rc; j++)
+    rc = jm_Reduce(at(s, (int64_t)j * n, elsize), j == rank ? r : NULL, n,
+                   elsize, t, op, j, comm);
+  return rc;
+}
+
+int jm_Reduce_scatter(const void *s, void *r, const int64_t *counts,
+                      int *ints, int size, int rank, size_t elsize,
+                      jm_Datatype t, jm_Op op, jm_Comm comm) {
+  int fit = 1;
+  for (int j = 0; j < size; j++) fit &= fits(counts[j]);
+  if (fit) {
+    for (int j = 0; j < size; j++) ints[j] = (int)counts[j];
+    jm_Request rq;
+    if (watched(0))
+      return finish(jm_mpi.Ireduce_scatter(s, r, ints, t, op, comm, &rq), &rq,
+                    NULL, 0);
+    return jm_mpi.Reduce_scatter(s, r, ints, t, op, comm);
+  }
+  if (use_c(jm_mpi.Reduce_scatter_c))
+    return jm_mpi.Reduce_scatter_c(s, r, (const jm_Count *)counts, t, op, comm);
+  int rc = 0;
+  int64_t off = 0;
+  for (int j = 0; j < size && !rc; j++) {
+    rc = jm_Reduce(at(s, off, elsize), j == rank ? r : NULL, counts[j], elsize,
+                   t, op, j, comm);
+    off += counts[j];
+  }
+  return rc;
+}
+
+int jm_Exscan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
+              jm_Op op, jm_Comm comm) {
+  jm_Request rq;
+  if (watched(n))
+    return finish(jm_mpi.Iexscan(s, r, (int)n, t, op, comm, &rq), &rq, NULL, 0);
+  if (fits(n)) return jm_mpi.Exscan(s, r, (int)n, t, op, comm);
+  if (use_c(jm_mpi.Exscan_c)) return jm_mpi.Exscan_c(s, r, n, t, op, comm);
+  for (int64_t off = 0; off < n; off += jm_count.limit) {
+    int rc = jm_mpi.Exscan(at(s, off, elsize), (void *)at(r, off, elsize),
+                           chunk_len(n, off), t, op, comm);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 int jm_Bcast(void *buf, int64_t n, size_t elsize, jm_Datatype t, int root,
              jm_Comm comm) {
   jm_Request rq;

@@ -31,6 +31,20 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
                 jm_Datatype rt, int source, int recvtag, jm_Comm comm,
                 jm_Status *status);
 
+/* Rank r gets op over ranks of s's block r (n elements per block). */
+int jm_Reduce_scatter_block(const void *s, void *r, int64_t n, size_t elsize,
+                            jm_Datatype t, jm_Op op, jm_Comm comm);
+/* Rank r gets op over ranks of s's block r of counts[r] elements (blocks in
+ * rank order); `size` counts; `ints`: room for `size` ints, which MPI reads
+ * until the call completes (a call the watchdog abandoned: keep it). */
+int jm_Reduce_scatter(const void *s, void *r, const int64_t *counts,
+                      int *ints, int size, int rank, size_t elsize,
+                      jm_Datatype t, jm_Op op, jm_Comm comm);
+/* Exclusive prefix reduction (the receive buffer of rank 0 is untouched or
+ * undefined, as MPI says: the caller fills it). */
+int jm_Exscan(const void *s, void *r, int64_t n, size_t elsize, jm_Datatype t,
+              jm_Op op, jm_Comm comm);
+
 /* Variable counts. Counts and displacements are in elements of `t`, one
  * per rank of `comm` (`size` of them); for the rooted ops every rank passes
  * the root's arrays (the same on every rank: every rank then chooses the

@@ -56,7 +56,8 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
     JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))                      \
   X(neighbor_alltoallv, JM_VARIADIC, JM_VARIADIC, 0,                           \
     JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))                      \
-  JM_VOPS(X)
+  JM_VOPS(X)                                                                   \
+  JM_OPS_REDUCE_SCATTER_EXSCAN(X)
 
 /* Variable counts along axis 0 (collectives.c): row counts per rank. */
 #define JM_VOPS(X)                                                             \
@@ -64,6 +65,14 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(gatherv, 1, 1, 0, JM_A(comm) | JM_A(counts) | JM_A(root))                  \
   X(scatterv, 1, 1, 0, JM_A(comm) | JM_A(counts) | JM_A(root))                 \
   X(alltoallv, 1, 1, 0, JM_A(comm) | JM_A(sendcounts) | JM_A(recvcounts))
+
+/* reduce_scatter (counts: rows of x's first axis each rank gets,
+ * MPI_Reduce_scatter),
+ * reduce_scatter_block (equal blocks) and exscan. */
+#define JM_OPS_REDUCE_SCATTER_EXSCAN(X)                                        \
+  X(reduce_scatter_block, 1, 1, 0, JM_A(comm) | JM_A(op))                      \
+  X(reduce_scatter, 1, 1, 0, JM_A(comm) | JM_A(op) | JM_A(counts))             \
+  X(exscan, 1, 1, 0, JM_A(comm) | JM_A(op))
 
 /* Non-blocking starts (request.c), XLA:CPU only. Result 0 is the request's
  * handle (a float32 scalar, see request.h); the other results are the

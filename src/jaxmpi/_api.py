@@ -806,6 +806,142 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
         recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts)))
 
 
+@_pytree.tree_op(rows=True)
+def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
+    """Reduce ``x`` over all ranks with ``op`` and scatter the result: rank
+    r gets the reduction of every rank's block r.
+
+    MPI_Reduce_scatter_block (without ``counts``) or MPI_Reduce_scatter
+    (with ``counts``). The building block of sharded optimisers: a
+    gradient summed over ranks, each rank keeping its own slice.
+
+    Args:
+        x: without ``counts``, an array of shape ``(size, *s)`` whose row r
+            is the block for rank r; with ``counts``, an array of
+            ``sum(counts)`` rows along axis 0, block r being the
+            ``counts[r]`` rows after those of ranks 0..r-1. The same shape
+            and dtype on every rank.
+        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
+            ``allreduce``.
+        counts: optional static sequence of ints, one per rank, equal on
+            every rank (zeros allowed): how many rows of the result each
+            rank gets.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        Without ``counts``, an array of shape ``s`` (``x.shape[1:]``):
+        ``op`` over every rank's ``x[rank]``. With ``counts``, an array of
+        shape ``(counts[rank], *x.shape[1:])``: ``op`` over every rank's
+        block ``rank``.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), ``counts`` is not a static sequence of ints,
+            ``op`` is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: ``x.shape[0]`` is not the communicator's size (no
+            ``counts``) or ``sum(counts)``; ``counts`` has not one entry per
+            rank or a negative entry; an array lives on more than one
+            device (jaxmpi needs one JAX device per process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK`` (and at the calls the default sparse check
+            compares), ranks that disagree on the call, ``counts`` included
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 2``::
+
+            x = jnp.array([[1., 2.], [3., 4.]]) * (rank + 1)
+            y = mpx.reduce_scatter(x, MPI.SUM)  # rank 0: [3. 6.], rank 1: [9. 12.]
+            z = mpx.reduce_scatter(jnp.arange(3.) * (rank + 1), MPI.SUM,
+                                   counts=(1, 2))  # rank 0: [0.], rank 1: [3. 6.]
+            y, token = jaxmpi.reduce_scatter(x, MPI.SUM)  # token API
+    """
+    fn = "reduce_scatter"
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    opinfo = v.reduction_op(op, x.dtype, fn, _core.get().half_ops)
+    if counts is None:
+        v.leading_dim(x, fn, "x", info.size)
+    else:
+        counts = v.reduce_counts_arg(counts, fn, info)
+        v.rows_match_counts(x, counts, fn)
+    _join(tok)
+    return _ops.reduce_scatter_p.bind(x, comm=info, op=opinfo,
+                                      counts=counts)[0]
+
+
+@_pytree.tree_op()
+def exscan(x, op, *, comm=None, token=None):
+    """Exclusive prefix reduction: rank r gets ``op`` over ranks 0..r-1;
+    rank 0 gets the identity of ``op``.
+
+    MPI_Exscan. MPI leaves rank 0's result undefined; jaxmpi gives it the
+    identity: zeros for ``MPI.SUM`` (and ``BOR``, ``BXOR``, ``LOR``,
+    ``LXOR``), ones for ``MPI.PROD`` (and ``LAND``), all bits set for
+    ``BAND``, the dtype's lowest value for ``MPI.MAX`` and its highest for
+    ``MPI.MIN`` (``-inf``/``+inf`` for floating types, ``iinfo`` bounds for
+    integers). Typical use: the offset of each rank's variable-size data,
+    ``exscan(n_local, MPI.SUM)``.
+
+    Args:
+        x: the array to reduce, the same shape and dtype on every rank.
+        op: a predefined mpi4py reduction op (``MPI.SUM``, ``MPI.PROD``,
+            ``MPI.MAX``, ``MPI.MIN``, the logical and bitwise ops for
+            integers and bool); not a user-defined ``MPI.Op``, whose
+            identity jaxmpi cannot know.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        An array of ``x``'s shape and dtype: ``op`` over the ``x`` of ranks
+        0 to this rank - 1 (on rank 0, the identity of ``op``).
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), ``op`` is not defined for the dtype or is
+            user-defined, ``comm`` is not an intracommunicator, or
+            ``token`` is not a token.
+        ValueError: an array lives on more than one device (jaxmpi needs
+            one JAX device per process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 4``::
+
+            y = mpx.exscan(jnp.ones(2), MPI.SUM)   # rank r: [r, r]
+            y, token = jaxmpi.exscan(x, MPI.SUM)   # token API
+    """
+    info, x, opinfo = _reduction("exscan", x, op, comm, token)
+    if opinfo.name == "user-defined op":
+        raise TypeError(
+            "exscan: op is a user-defined MPI.Op; exscan needs a predefined "
+            "op (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, logical or bitwise), "
+            "whose identity jaxmpi gives rank 0 (MPI leaves rank 0's result "
+            "undefined)"
+        )
+    return _ops.exscan_p.bind(x, comm=info, op=opinfo)[0]
+
+
 def has_cuda_support() -> bool:
     """Whether jaxmpi's C core was built with its CUDA path.
 
@@ -1092,7 +1228,7 @@ __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast",
            "gather", "neighbor_exchange", "recv", "reduce", "scan",
            "scatter", "send", "sendrecv", "has_cuda_support",
            "halo_exchange", "neighbor_alltoallv", "allgatherv", "gatherv",
-           "scatterv", "alltoallv"]
+           "scatterv", "alltoallv", "reduce_scatter", "exscan"]
 OPERATIONS = tuple(n for n in __all__ if n != "has_cuda_support")
 
 # Operations on process topologies (Cartesian, graph), written in

@@ -395,7 +395,8 @@ def check_table(table: dict, primitives, starts) -> None:
     problems = []
     c_ops = {n for n, row in table["ops"].items() if not row[3]}
     c_starts = {n for n, row in table["ops"].items() if row[3]}
-    for what, c_names, py_names in (("blocking ops", c_ops, set(primitives)),
+    for what, c_names, py_names in (("blocking ops", c_ops,
+                                     set(primitives) | set(_ops.EXTRA_TARGETS)),
                                     ("non-blocking starts", c_starts,
                                      set(starts))):
         if c_names != py_names:

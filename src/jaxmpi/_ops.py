@@ -42,6 +42,9 @@ _ARRAY_ATTRS = ("sources", "dests", "counts", "sendcounts", "recvcounts")
 # import: _core.check_table), and those that are arrays.
 FFI_ATTRS = (*_HANDLE_ATTRS, *_INT_ATTRS, *_ARRAY_ATTRS, "site")
 ARRAY_ATTRS = _ARRAY_ATTRS
+# C handlers that a primitive's lowering picks besides its own name
+# (reduce_scatter_p: equal blocks go to reduce_scatter_block).
+EXTRA_TARGETS = ("reduce_scatter_block",)
 
 # XLA:CPU and XLA:GPU (CUDA) lower every op to the same custom call name; the
 # C core registers a handler for each platform (csrc/cuda_staging.c moves GPU
@@ -766,3 +769,175 @@ def _alltoallv_batcher(args, dims, *, comm, sendcounts, recvcounts):
 
 _linear(alltoallv_p, _alltoallv_transpose)
 batching.primitive_batchers[alltoallv_p] = _alltoallv_batcher
+
+
+# ---- reduce_scatter: rank r gets op over ranks of block r of x -------------
+# counts None: x is (size, *s), the blocks its rows, the result s
+# (MPI_Reduce_scatter_block). counts (rows per rank, static): x has
+# sum(counts) rows, block r the counts[r] rows after those of ranks < r, the
+# result (counts[r], *s) (MPI_Reduce_scatter; the C core gets the counts in
+# rows, as written, and takes a row's size from x).
+def _reduce_scatter_shape(x, *, comm, op, counts):
+    if counts is None:
+        return [_aval(x.shape[1:], x.dtype)]
+    return [_aval((counts[comm.rank], *x.shape[1:]), x.dtype)]
+
+
+reduce_scatter_p = _define("reduce_scatter", _reduce_scatter_shape)
+
+
+def _reduce_scatter_lowering(ctx, x, *, comm, op, counts):
+    attrs = _attributes({"comm": comm, "op": op})
+    if counts is None:
+        target = "jaxmpi_reduce_scatter_block"
+    else:
+        target = "jaxmpi_reduce_scatter"
+        attrs["counts"] = np.asarray(counts, np.int64)
+    site = _site(ctx)
+    if site:
+        attrs["site"] = np.int64(site)
+    rule = jax.ffi.ffi_lowering(target, has_side_effect=True)
+    return lower_with_token(ctx, rule, x, **attrs)
+
+
+for _platform in LOWERING_PLATFORMS:
+    mlir.register_lowering(reduce_scatter_p, _reduce_scatter_lowering,
+                           platform=_platform, **_UNCACHED)
+
+
+def _gather_blocks(y, comm, counts):
+    """Every rank's block y_r, in x's layout: an allgather (its v-form for
+    counts: each block padded to the largest count, then the padding cut
+    away)."""
+    if counts is None:
+        return allgather_p.bind(y, comm=comm)[0]
+    top = max(counts)
+    pad = jnp.pad(y, [(0, top - y.shape[0])] + [(0, 0)] * (y.ndim - 1))
+    (g,) = allgather_p.bind(pad, comm=comm)
+    return jnp.concatenate([g[j, :c] for j, c in enumerate(counts)], axis=0)
+
+
+def _reduce_scatter_jvp(primals, tangents, *, comm, op, counts):
+    # As allreduce's (docs/autodiff.md), with each rank's block: SUM is
+    # linear; MAX/MIN send the tangent of the rank(s) holding the extreme
+    # value (ties split evenly); PROD is exact also where some x_s = 0.
+    (x,), (t,) = primals, tangents
+    rs = partial(reduce_scatter_p.bind, comm=comm, counts=counts)
+    (y,) = rs(x, op=op)
+    if type(t) is ad.Zero:
+        return [y], [ad.Zero.from_primal_value(y)]
+    t = ad.instantiate_zeros(t)
+    total = partial(rs, op=_sum_op(x.dtype))
+    if op.name == "SUM":
+        (dy,) = rs(t, op=op)
+    elif op.name in ("MAX", "MIN"):
+        mask = x == _gather_blocks(y, comm, counts)
+        (count,) = total(mask.astype(x.dtype))
+        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))
+        dy = dy / count
+    elif op.name == "PROD":
+        zero = x == 0
+        one = jnp.ones_like(x)
+        (nonzero_prod,) = rs(jnp.where(zero, one, x), op=op)
+        (nzeros,) = rs(zero.astype(np.int32), op=_sum_op(np.int32))
+        full = lambda v: _gather_blocks(v, comm, counts)
+        y_all, nzp_all, nz_all = full(y), full(nonzero_prod), full(nzeros)
+        others = jnp.where(nz_all == 0, y_all / jnp.where(zero, one, x),
+                           jnp.where((nz_all == 1) & zero, nzp_all,
+                                     jnp.zeros_like(x)))
+        (dy,) = total(t * others)
+    else:
+        raise NotImplementedError(
+            f"jaxmpi.reduce_scatter: derivatives are defined for MPI.SUM, "
+            f"MPI.PROD, MPI.MAX and MPI.MIN, not {op}"
+        )
+    return [y], [dy]
+
+
+def _reduce_scatter_transpose(cts, x, *, comm, op, counts):
+    # x̄_s[block r] = ȳ_r on every rank s: an allgather of the cotangents
+    # (exact with counts too).
+    if op.name != "SUM":
+        raise NotImplementedError(
+            f"jaxmpi.reduce_scatter: {op} is not linear; transpose needs "
+            "MPI.SUM")
+    shape, dtype = x.aval.shape, x.aval.dtype
+    ct = _ct(cts[0], _reduce_scatter_shape(
+        _aval(shape, dtype), comm=comm, op=op, counts=counts)[0])
+    return [_gather_blocks(ct, comm, counts)]
+
+
+def _reduce_scatter_batcher(args, dims, *, comm, op, counts):
+    # One call for the batch: it goes inside each block (second axis); the
+    # result keeps it first (blocks of equal size) or second (counts).
+    (x,), (d,) = args, dims
+    x = jnp.moveaxis(x, d, 1)
+    return (reduce_scatter_p.bind(x, comm=comm, op=op, counts=counts),
+            [0 if counts is None else 1])
+
+
+ad.primitive_jvps[reduce_scatter_p] = _reduce_scatter_jvp
+ad.primitive_transposes[reduce_scatter_p] = _reduce_scatter_transpose
+batching.primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
+
+# ---- exscan: rank r gets op over ranks 0..r-1, rank 0 the op's identity ----
+exscan_p = _define("exscan", lambda x, *, comm, op: [x], aliases={0: 0})
+
+
+def exscan_identity(opname: str, dtype) -> np.ndarray:
+    """The identity of a predefined op for dtype (what rank 0 gets): 0 for
+    SUM, BOR, BXOR, LOR, LXOR; 1 for PROD and LAND; all bits set for BAND;
+    the lowest value (-inf for floating types) for MAX, the highest (+inf)
+    for MIN."""
+    dtype = np.dtype(dtype)
+    if opname in ("MAX", "MIN"):
+        if np.issubdtype(dtype, np.integer):
+            info = np.iinfo(dtype)
+            value = info.min if opname == "MAX" else info.max
+        else:
+            value = -np.inf if opname == "MAX" else np.inf
+    elif opname in ("PROD", "LAND"):
+        value = 1
+    elif opname == "BAND":
+        value = ~np.zeros((), dtype)
+    else:
+        value = 0
+    return np.asarray(value).astype(dtype)
+
+
+def _exscan_lowering(ctx, x, *, comm, op):
+    rule = jax.ffi.ffi_lowering("jaxmpi_exscan", has_side_effect=True,
+                                operand_output_aliases={0: 0})
+    attrs = _attributes({"comm": comm, "op": op})
+    site = _site(ctx)
+    if site:
+        attrs["site"] = np.int64(site)
+    (y,) = lower_with_token(ctx, rule, x, **attrs)
+    if comm.rank != 0:
+        return [y]
+    # MPI leaves rank 0's result undefined: it is the op's identity.
+    aval = ctx.avals_out[0]
+    ident = exscan_identity(op.name, aval.dtype)
+    fill = mlir.lower_fun(lambda: [jnp.full(aval.shape, ident, aval.dtype)],
+                          multiple_results=True)
+    return fill(ctx.replace(avals_in=[], tokens_out=None))
+
+
+for _platform in LOWERING_PLATFORMS:
+    mlir.register_lowering(exscan_p, _exscan_lowering, platform=_platform,
+                           **_UNCACHED)
+
+
+def _exscan_transpose(cts, x, *, comm, op):
+    # x̄_r = sum over s > r of ȳ_s (a reverse exclusive scan): total minus
+    # the inclusive scan.
+    _sum_only("exscan", op)
+    ct = _ct(cts[0], x)
+    (total,) = allreduce_p.bind(ct, comm=comm, op=op, adjoint="sum")
+    (upto,) = scan_p.bind(ct, comm=comm, op=op)
+    return [total - upto]
+
+
+_sum_only_jvp(exscan_p, "exscan")
+ad.primitive_transposes[exscan_p] = _exscan_transpose
+_elementwise_batcher(exscan_p)

@@ -12,7 +12,7 @@ import sys
 from conftest import ROOT, launcher, san_env
 
 OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall", "allgatherv",
-       "alltoallv")
+       "alltoallv", "reduce_scatter")
 SIZES = (4, 1024)
 
 

@@ -64,4 +64,5 @@ def test_both_apis_are_made_from_the_one_list():
     # every public primitive-backed op of the C table has a public function
     # or is reached through one (wait/waitall are Python-level)
     for name, row in _table()["ops"].items():
-        assert hasattr(notoken, name), name
+        if name not in _ops.EXTRA_TARGETS:  # reached through another op
+            assert hasattr(notoken, name), name
