@@ -583,32 +583,39 @@ neighbor_exchange_p = _define(
 )
 
 
-def _neighbor_exchange_transpose(cts, *xs, comm, sources, dests, tag,
-                                 recv_avals):
-    # Every pair reversed: y_i's cotangent goes back to sources[i], and x_i's
-    # comes from dests[i], in the backward tag space.
-    like = [_aval(shape, dtype) for shape, dtype in recv_avals]
-    back = [_ct(ct, a) for ct, a in zip(cts, like)]
-    xbars = neighbor_exchange_p.bind(
-        *back, comm=comm, sources=dests, dests=sources,
-        tag=_backward_tag(tag, comm),
-        recv_avals=tuple((x.aval.shape, x.aval.dtype) for x in xs))
-    return [xb if ad.is_undefined_primal(x) else None
-            for xb, x in zip(xbars, xs)]
+def _exchange_rules(prim):
+    """Transpose and batching of the variadic exchanges (neighbor_exchange,
+    neighbor_alltoallv), which differ only in how the C core matches
+    messages."""
+
+    def transpose(cts, *xs, comm, sources, dests, tag, recv_avals):
+        # Every message reversed: y_i's cotangent goes back to sources[i]
+        # (in the order of sources, as the sender listed its dests), and
+        # x_j's comes from dests[j], in the backward tag space.
+        like = [_aval(shape, dtype) for shape, dtype in recv_avals]
+        back = [_ct(ct, a) for ct, a in zip(cts, like)]
+        xbars = prim.bind(
+            *back, comm=comm, sources=dests, dests=sources,
+            tag=_backward_tag(tag, comm),
+            recv_avals=tuple((x.aval.shape, x.aval.dtype) for x in xs))
+        return [xb if ad.is_undefined_primal(x) else None
+                for xb, x in zip(xbars, xs)]
+
+    def batcher(args, dims, *, recv_avals, **params):
+        # One exchange for the whole batch: every buffer gets the batch in
+        # front.
+        n = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        args = [_front(a, d) if d is not None else
+                jnp.broadcast_to(a, (n, *a.shape)) for a, d in zip(args, dims)]
+        recv_avals = tuple(((n, *shape), dtype) for shape, dtype in recv_avals)
+        outs = prim.bind(*args, recv_avals=recv_avals, **params)
+        return outs, [0] * len(outs)
+
+    _linear(prim, transpose)
+    batching.primitive_batchers[prim] = batcher
 
 
-def _neighbor_exchange_batcher(args, dims, *, recv_avals, **params):
-    # One exchange for the whole batch: every buffer gets the batch in front.
-    n = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    args = [_front(a, d) if d is not None else
-            jnp.broadcast_to(a, (n, *a.shape)) for a, d in zip(args, dims)]
-    recv_avals = tuple(((n, *shape), dtype) for shape, dtype in recv_avals)
-    outs = neighbor_exchange_p.bind(*args, recv_avals=recv_avals, **params)
-    return outs, [0] * len(outs)
-
-
-_linear(neighbor_exchange_p, _neighbor_exchange_transpose)
-batching.primitive_batchers[neighbor_exchange_p] = _neighbor_exchange_batcher
+_exchange_rules(neighbor_exchange_p)
 
 # ---- neighbor_alltoallv: a sparse neighbourhood, one tag ---------------------
 # Result i (shape and dtype recv_avals[i]) comes from sources[i], operand j
@@ -623,33 +630,7 @@ neighbor_alltoallv_p = _define(
 )
 
 
-def _neighbor_alltoallv_transpose(cts, *xs, comm, sources, dests, tag,
-                                  recv_avals):
-    # The reverse neighbourhood: result i's cotangent goes back to
-    # sources[i] (in the order of sources, as the sender listed its dests),
-    # operand j's comes from dests[j].
-    like = [_aval(shape, dtype) for shape, dtype in recv_avals]
-    back = [_ct(ct, a) for ct, a in zip(cts, like)]
-    xbars = neighbor_alltoallv_p.bind(
-        *back, comm=comm, dests=sources, sources=dests,
-        tag=_backward_tag(tag, comm),
-        recv_avals=tuple((x.aval.shape, x.aval.dtype) for x in xs))
-    return [xb if ad.is_undefined_primal(x) else None
-            for xb, x in zip(xbars, xs)]
-
-
-def _neighbor_alltoallv_batcher(args, dims, *, recv_avals, **params):
-    # One exchange for the whole batch: every buffer gets the batch in front.
-    n = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-    args = [_front(a, d) if d is not None else
-            jnp.broadcast_to(a, (n, *a.shape)) for a, d in zip(args, dims)]
-    recv_avals = tuple(((n, *shape), dtype) for shape, dtype in recv_avals)
-    outs = neighbor_alltoallv_p.bind(*args, recv_avals=recv_avals, **params)
-    return outs, [0] * len(outs)
-
-
-_linear(neighbor_alltoallv_p, _neighbor_alltoallv_transpose)
-batching.primitive_batchers[neighbor_alltoallv_p] = _neighbor_alltoallv_batcher
+_exchange_rules(neighbor_alltoallv_p)
 
 
 # ---- variable counts along axis 0 ------------------------------------------
