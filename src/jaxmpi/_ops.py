@@ -655,16 +655,11 @@ allgatherv_p = _define(
 
 
 def _allgatherv_transpose(cts, x, *, comm, counts):
-    # Reduce-scatter with counts: x̄_r = Σ_s ȳ_s[rows of r]. Each rank sends
-    # ȳ's block of rank j to j (an alltoallv), then sums the size blocks
-    # it gets, in rank order: exact, like allgather's transpose.
-    # (With reduce_scatter(op=SUM, counts=counts) this is one MPI call.)
-    me = counts[comm.rank]
+    # Reduce-scatter with counts: x̄_r = Σ_s ȳ_s[rows of r], one MPI call
+    # (MPI_Reduce_scatter), exact like allgather's transpose.
     ct = _ct(cts[0], _rows(x.aval, sum(counts)))
-    (parts,) = alltoallv_p.bind(ct, comm=comm, sendcounts=counts,
-                                recvcounts=(me,) * comm.size)
-    parts = parts.reshape((comm.size, me, *x.aval.shape[1:]))
-    return [parts.sum(axis=0).astype(ct.dtype)]
+    return reduce_scatter_p.bind(ct, comm=comm, op=_sum_op(ct.dtype),
+                                 counts=counts)
 
 
 def _allgatherv_batcher(args, dims, *, comm, counts):
@@ -787,15 +782,11 @@ for _platform in LOWERING_PLATFORMS:
 
 
 def _gather_blocks(y, comm, counts):
-    """Every rank's block y_r, in x's layout: an allgather (its v-form for
-    counts: each block padded to the largest count, then the padding cut
-    away)."""
+    """Every rank's block y_r, in x's layout: an allgather (allgatherv for
+    counts), one MPI call."""
     if counts is None:
         return allgather_p.bind(y, comm=comm)[0]
-    top = max(counts)
-    pad = jnp.pad(y, [(0, top - y.shape[0])] + [(0, 0)] * (y.ndim - 1))
-    (g,) = allgather_p.bind(pad, comm=comm)
-    return jnp.concatenate([g[j, :c] for j, c in enumerate(counts)], axis=0)
+    return allgatherv_p.bind(y, comm=comm, counts=counts)[0]
 
 
 def _reduce_scatter_jvp(primals, tangents, *, comm, op, counts):
