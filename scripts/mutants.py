@@ -50,6 +50,11 @@ ORD = "tests/mpi/test_ordering.py"
 VAL = "tests/mpi/test_validation.py"
 BAD = "tests/mpi/test_bad_input.py"
 GPU = "tests/gpu/test_gpu.py"
+NB = "tests/mpi/test_nonblocking.py"
+VC = "tests/mpi/test_vcollectives.py"
+RS = "tests/mpi/test_reduce_scatter_exscan.py"
+HALO = "tests/mpi/test_halo.py"
+PT = "tests/mpi/test_pytree.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +142,57 @@ MUTANTS = [
            "    unwind(&p, p.n, stream);",
            "staged GPU data sent before the stream's copies finish", (GPU,),
            gpu=True),
+    # ---- non-blocking operations (csrc/request.c, src/jaxmpi/_nonblocking.py)
+    Mutant("c-isendrecv-swap", "csrc/request.c",
+           "c->source,\n                    c->recvtag, c->comm, &r->reqs[0]);",
+           "c->dest,\n                    c->recvtag, c->comm, &r->reqs[0]);",
+           "isendrecv receives from dest instead of source", (NB,)),
+    Mutant("c-ineighbor-dest", "csrc/request.c",
+           "rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],",
+           "rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->sources[i],",
+           "ineighbor_exchange sends pair i to sources[i]", (NB,)),
+    Mutant("py-isendrecv-backward-direction", "src/jaxmpi/_nonblocking.py",
+           'return dict(comm=comm, source=spec.param("dest"),\n'
+           '                dest=spec.param("source"),',
+           'return dict(comm=comm, source=spec.param("source"),\n'
+           '                dest=spec.param("dest"),',
+           "isendrecv's backward request sends the same way as the op", (NB,)),
+    Mutant("py-irecv-backward-peer", "src/jaxmpi/_nonblocking.py",
+           'return dict(comm=comm, dest=spec.param("source"),',
+           'return dict(comm=comm, dest=MPI.PROC_NULL,',
+           "irecv's backward request sends its cotangent nowhere", (NB,)),
+    # ---- the collectives of issue 12 -----------------------------------------
+    Mutant("py-reduce-scatter-max-ties", "src/jaxmpi/_ops.py",
+           "        mask = x == _gather_blocks(y, comm, counts)\n"
+           "        (count,) = total(mask.astype(x.dtype))\n"
+           "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n"
+           "        dy = dy / count\n",
+           "        mask = x == _gather_blocks(y, comm, counts)\n"
+           "        (count,) = total(mask.astype(x.dtype))\n"
+           "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n",
+           "reduce_scatter MAX/MIN: tied ranks each get the whole tangent", (RS,)),
+    Mutant("py-exscan-transpose-inclusive", "src/jaxmpi/_ops.py",
+           "return [total - upto]", "return [total - upto + ct]",
+           "exscan's transpose includes the own cotangent", (RS,)),
+    Mutant("py-allgatherv-transpose-op", "src/jaxmpi/_ops.py",
+           "return reduce_scatter_p.bind(ct, comm=comm, op=_sum_op(ct.dtype),\n"
+           "                                 counts=counts)",
+           "return reduce_scatter_p.bind(ct, comm=comm, op=_sum_op(ct.dtype),\n"
+           "                                 counts=counts[::-1])",
+           "allgatherv's transpose scatters the blocks in reverse rank order",
+           (VC,)),
+    Mutant("py-pytree-offsets", "src/jaxmpi/_pytree.py",
+           "offsets = np.cumsum([0] + sizes)",
+           "offsets = np.cumsum([0] + sizes[::-1])",
+           "a pytree's leaves are cut from the packed buffer at wrong offsets",
+           (PT,)),
+    Mutant("py-halo-direction", "src/jaxmpi/_topology.py",
+           "            sources.append(int(source))\n"
+           "            dests.append(int(dest))",
+           "            sources.append(int(dest))\n"
+           "            dests.append(int(source))",
+           "halo_exchange receives each piece from the opposite neighbour",
+           (HALO,)),
     # ---- Python: the rules of each op (src/jaxmpi/_ops.py) ----
     Mutant("py-reduce-transpose-term", "src/jaxmpi/_ops.py",
            "return [b if comm.rank == root else b + ct]", "return [b]",
@@ -173,7 +229,13 @@ MUTANTS = [
            "allgather's transpose keeps rank 0's cotangent instead of the sum",
            (AD,)),
     Mutant("py-max-ties", "src/jaxmpi/_ops.py",
-           "        dy = dy / count\n", "",
+           "        mask = x == y\n"
+           "        (count,) = total(mask.astype(x.dtype))\n"
+           "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n"
+           "        dy = dy / count\n",
+           "        mask = x == y\n"
+           "        (count,) = total(mask.astype(x.dtype))\n"
+           "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n",
            "allreduce MAX/MIN: tied ranks each get the whole tangent", (AD,)),
     Mutant("py-alltoall-batch-axis", "src/jaxmpi/_ops.py",
            "x = jnp.moveaxis(x, d, 1)  # the first axis is split over ranks",
