@@ -16,7 +16,7 @@ SCRIPT_EXIT = textwrap.dedent("""
     x = jnp.ones(1 << 16)
     for _ in range(20):   # queued, never awaited
         x = f(x)
-    print("queued", rank, flush=True)
+    print(f"queued {rank}", flush=True)
 """)
 
 
@@ -109,7 +109,7 @@ def test_more_than_2_31_elements(mpirun, tmp_path, mode):
         del z
         b = mpx.bcast(x, 1)
         assert bool(everywhere(b, 2)) and int(b[-1]) == 2
-        print("ok", rank, flush=True)
+        print(f"ok {rank}", flush=True)
     """))
     env = {"JAXMPI_NO_LARGE_COUNT": "1"} if mode == "derived-datatypes" else {}
     job = mpirun(2, script, env=env, timeout=900)

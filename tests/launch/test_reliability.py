@@ -208,7 +208,7 @@ def test_uncaught_timeout_aborts_the_job(mpirun, tmp_path):
         if rank == 1:
             time.sleep(30)    # far behind: the others give up waiting
         mpx.allreduce(jnp.ones(3), MPI.SUM).block_until_ready()
-        print("rank", rank, "finished", flush=True)
+        print(f"rank {rank} finished", flush=True)
     """)
     job, took = timed(mpirun, 3, script, {"JAXMPI_CHECK": "0"})
     assert job.returncode != 0, job
@@ -230,7 +230,7 @@ def test_watchdog_can_be_switched_off(mpirun, tmp_path):
         if rank == 1:
             time.sleep(4)
         y = mpx.allreduce(jnp.ones(3), MPI.SUM)
-        print("rank", rank, "sum", float(y[0]), flush=True)
+        print(f"rank {rank} sum {float(y[0])}", flush=True)
     """)
     job = mpirun(2, script, env={"JAXMPI_TIMEOUT": "1"})
     assert job.returncode == 0, job
@@ -247,7 +247,7 @@ if rank == 1:
     time.sleep(1)
     {action}
 mpx.allreduce(jnp.ones(2), MPI.SUM).block_until_ready()
-print("rank", rank, "finished", flush=True)
+print(f"rank {rank} finished", flush=True)
 """
 
 

@@ -16,7 +16,7 @@ import jaxmpi.notoken as mpx
 
 f = jax.jit(lambda x: mpx.allreduce(x, MPI.SUM))
 x = jnp.arange(3.0)
-print("main", f(x).tolist(), mpx.allreduce(x, MPI.SUM).tolist(), flush=True)
+print(f"main {f(x).tolist()} {mpx.allreduce(x, MPI.SUM).tolist()}", flush=True)
 for what, call in (("jit", lambda: f(x)), ("eager", lambda: mpx.allreduce(x, MPI.SUM))):
     got = []
     def other():
