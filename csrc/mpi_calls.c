@@ -440,7 +440,7 @@ static int alltoallw_blocks(const void *s, const int64_t *sc,
                             const int64_t *rd, int size, size_t elsize,
                             jm_Datatype t, jm_Comm comm) {
   int *ints = calloc((size_t)size * 4, sizeof(int));
-  jm_Datatype *types = malloc(sizeof(jm_Datatype) * (size_t)size * 2);
+  jm_Datatype *types = calloc((size_t)size * 2, sizeof(jm_Datatype));
   int rc = 0, made = 0;
   if (!ints || !types) {
     free(ints);
