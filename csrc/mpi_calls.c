@@ -145,7 +145,7 @@ int jm_Reduce_scatter_block(const void *s, void *r, int64_t n, size_t elsize,
   if (fits(n)) return jm_mpi.Reduce_scatter_block(s, r, (int)n, t, op, comm);
   if (use_c(jm_mpi.Reduce_scatter_block_c))
     return jm_mpi.Reduce_scatter_block_c(s, r, n, t, op, comm);
-  int rank, size, rc = jm_mpi.Comm_rank(comm, &rank);
+  int rank = 0, size = 0, rc = jm_mpi.Comm_rank(comm, &rank);
   if (!rc) rc = jm_mpi.Comm_size(comm, &size);
   for (int j = 0; j < size && !rc; j++)
     rc = jm_Reduce(at(s, (int64_t)j * n, elsize), j == rank ? r : NULL, n,
