@@ -247,7 +247,7 @@ if rank == 1:
     time.sleep(1)
     {action}
 mpx.allreduce(jnp.ones(2), MPI.SUM).block_until_ready()
-print(f"rank {rank} finished", flush=True)
+print(f"rank {{rank}} finished", flush=True)
 """
 
 
