@@ -873,8 +873,9 @@ def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
     if counts is None:
         v.leading_dim(x, fn, "x", info.size)
     else:
-        counts = v.reduce_counts_arg(counts, fn, info)
-        v.rows_match_counts(x, counts, fn)
+        counts = v.counts_arg(counts, fn, "counts", info)
+        v.rows_arg(x, fn, "x", sum(counts),
+                   f"sum(counts)={sum(counts)} (counts={list(counts)})")
     _join(tok)
     return _ops.reduce_scatter_p.bind(x, comm=info, op=opinfo,
                                       counts=counts)[0]

@@ -390,12 +390,12 @@ class UnsupportedDtypeError(TypeError, RuntimeError):
 def counts_arg(value, fn: str, name: str, comm: CommInfo) -> tuple:
     """Row counts, one per rank: a static sequence of ints >= 0 (the same on
     every rank, which the caller promises and JAXMPI_CHECK verifies)."""
-    if isinstance(value, jax.core.Tracer) or (
+    if isinstance(value, (jax.core.Tracer, jax.Array)) or (
             isinstance(value, (list, tuple))
             and any(isinstance(c, jax.core.Tracer) for c in value)):
         raise TypeError(
             f"{fn}: {name} must be a static sequence of Python ints, got a "
-            f"traced value ({_short(value)}). Counts decide the MPI call and "
+            f"JAX array ({_short(value)}). Counts decide the MPI call and "
             "the result's shape, so they must be known when the function is "
             "traced: pass them via jax.jit(f, static_argnums=...) or close "
             "over them.")
@@ -435,52 +435,3 @@ def rows_arg(x, fn: str, name: str, rows: int, why: str) -> None:
         raise ValueError(
             f"{fn}: {name} has {x.shape[0]} rows (shape {tuple(x.shape)}) "
             f"but {why}: the count and the array disagree")
-
-
-def reduce_counts_arg(counts, fn: str, comm: CommInfo, name: str = "counts"
-               ) -> tuple[int, ...]:
-    """A static sequence of non-negative ints, one per rank of comm."""
-    if isinstance(counts, jax.core.Tracer) or isinstance(counts, jax.Array):
-        raise TypeError(
-            f"{fn}: {name} must be a static sequence of Python ints (one per "
-            f"rank), got a JAX array ({_short(counts)}). Counts decide the "
-            "shapes of the result, so they must be known when the function "
-            "is traced: pass a tuple or list, or close over it."
-        )
-    if isinstance(counts, (str, bytes)) or not hasattr(counts, "__len__"):
-        raise TypeError(
-            f"{fn}: {name} must be a sequence of ints, one per rank, got "
-            f"{type(counts).__name__}: {_short(counts)}"
-        )
-    values = []
-    for i, c in enumerate(counts):
-        if isinstance(c, (bool, np.bool_)) or not isinstance(
-                c, (numbers.Integral, np.integer)):
-            raise TypeError(
-                f"{fn}: {name}[{i}] must be an int, got {type(c).__name__}: "
-                f"{c!r} ({name}={_short(counts)})"
-            )
-        values.append(int(c))
-    if len(values) != comm.size:
-        raise ValueError(
-            f"{fn}: {name}={_short(values)} has {len(values)} entries; it "
-            f"needs one per rank of the communicator ({comm.size})"
-        )
-    negative = [i for i, c in enumerate(values) if c < 0]
-    if negative:
-        raise ValueError(
-            f"{fn}: {name}={_short(values)} has a negative count at index "
-            f"{negative[0]}; counts must be >= 0"
-        )
-    return tuple(values)
-
-
-def rows_match_counts(x, counts, fn: str, name: str = "x",
-                      counts_name: str = "counts") -> None:
-    total = sum(counts)
-    if x.ndim == 0 or x.shape[0] != total:
-        raise ValueError(
-            f"{fn}: {name} must have sum({counts_name}) = {total} rows along "
-            f"axis 0 ({counts_name}={_short(list(counts))}), got shape "
-            f"{tuple(x.shape)}"
-        )

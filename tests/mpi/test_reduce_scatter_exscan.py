@@ -270,18 +270,19 @@ def test_vmap_one_call_per_batch():
 BAD = [
     (dict(counts=(1,) * (SIZE + 1)), ValueError,
      rf"reduce_scatter: counts=\[{', '.join(['1'] * (SIZE + 1))}\] has "
-     rf"{SIZE + 1} entries; it needs one per rank of the communicator "
+     rf"{SIZE + 1} items: it needs one per rank of the communicator "
      rf"\({SIZE}\)"),
     (dict(counts=(-1,) + (2,) * (SIZE - 1)), ValueError,
-     r"reduce_scatter: counts=\[-1.*\] has a negative count at index 0"),
+     r"reduce_scatter: counts\[0\]=-1 must be a count of rows, 0 or more"),
     (dict(counts=(3,) * SIZE), ValueError,
-     rf"reduce_scatter: x must have sum\(counts\) = {3 * SIZE} rows along "
-     rf"axis 0 \(counts=\[.*\]\), got shape \({SIZE}, 2\)"),
+     rf"reduce_scatter: x has {SIZE} rows \(shape \({SIZE}, 2\)\) but "
+     rf"sum\(counts\)={3 * SIZE} \(counts=\[.*\]\): the count and the array "
+     r"disagree"),
     (dict(counts=(1.5,) * SIZE), TypeError,
      r"reduce_scatter: counts\[0\] must be an int, got float: 1.5"),
     (dict(counts=3), TypeError,
-     r"reduce_scatter: counts must be a sequence of ints, one per rank, got "
-     r"int: 3"),
+     r"reduce_scatter: counts must be a list or tuple of ints, one per rank, "
+     r"got int: 3"),
     (dict(counts=jnp.ones(SIZE, int)), TypeError,
      r"reduce_scatter: counts must be a static sequence of Python ints"),
 ]
