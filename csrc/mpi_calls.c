@@ -495,13 +495,11 @@ int jm_Allgatherv(const void *s, int64_t sn, void *r, const int64_t *rcounts,
     if (!ip) return JM_ERR_NOMEM;
     const int *rcn = to_ints(ip, rcounts, size),
               *rds = to_ints(ip + size, rdispls, size);
-    if (watched) {
-      jm_Request rq;
-      rc = jm_mpi.Iallgatherv(s, (int)sn, t, r, rcn, rds, t, comm, &rq);
-      if (!rc) rc = jm_wait(&rq, NULL, 0);
-    } else {
-      rc = jm_mpi.Allgatherv(s, (int)sn, t, r, rcn, rds, t, comm);
-    }
+    jm_Request rq;
+    rc = watched ? finish(jm_mpi.Iallgatherv(
+                              s, (int)sn, t, r, rcn, rds, t, comm, &rq),
+                          &rq, NULL, 0)
+                 : jm_mpi.Allgatherv(s, (int)sn, t, r, rcn, rds, t, comm);
     ints_put(&b, rc);
     return rc;
   }
@@ -536,13 +534,11 @@ int jm_Gatherv(const void *s, int64_t sn, void *r, const int64_t *counts,
     if (!ip) return JM_ERR_NOMEM;
     const int *rcn = to_ints(ip, rcounts, size),
               *rds = to_ints(ip + size, rdispls, size);
-    if (watched) {
-      jm_Request rq;
-      rc = jm_mpi.Igatherv(s, (int)sn, t, r, rcn, rds, t, root, comm, &rq);
-      if (!rc) rc = jm_wait(&rq, NULL, 0);
-    } else {
-      rc = jm_mpi.Gatherv(s, (int)sn, t, r, rcn, rds, t, root, comm);
-    }
+    jm_Request rq;
+    rc = watched ? finish(jm_mpi.Igatherv(
+                              s, (int)sn, t, r, rcn, rds, t, root, comm, &rq),
+                          &rq, NULL, 0)
+                 : jm_mpi.Gatherv(s, (int)sn, t, r, rcn, rds, t, root, comm);
     ints_put(&b, rc);
     return rc;
   }
@@ -574,13 +570,11 @@ int jm_Scatterv(const void *s, const int64_t *counts, const int64_t *displs,
     if (!ip) return JM_ERR_NOMEM;
     const int *scn = to_ints(ip, scounts, size),
               *sds = to_ints(ip + size, sdispls, size);
-    if (watched) {
-      jm_Request rq;
-      rc = jm_mpi.Iscatterv(s, scn, sds, t, r, (int)rn, t, root, comm, &rq);
-      if (!rc) rc = jm_wait(&rq, NULL, 0);
-    } else {
-      rc = jm_mpi.Scatterv(s, scn, sds, t, r, (int)rn, t, root, comm);
-    }
+    jm_Request rq;
+    rc = watched ? finish(jm_mpi.Iscatterv(
+                              s, scn, sds, t, r, (int)rn, t, root, comm, &rq),
+                          &rq, NULL, 0)
+                 : jm_mpi.Scatterv(s, scn, sds, t, r, (int)rn, t, root, comm);
     ints_put(&b, rc);
     return rc;
   }
@@ -612,13 +606,11 @@ static int alltoallv_plain(const void *s, const int64_t *scounts,
             *sds = to_ints(ip + size, sdispls, size),
             *rcn = to_ints(ip + 2 * size, rcounts, size),
             *rds = to_ints(ip + 3 * size, rdispls, size);
-  if (watched) {
-    jm_Request rq;
-    rc = jm_mpi.Ialltoallv(s, scn, sds, t, r, rcn, rds, t, comm, &rq);
-    if (!rc) rc = jm_wait(&rq, NULL, 0);
-  } else {
-    rc = jm_mpi.Alltoallv(s, scn, sds, t, r, rcn, rds, t, comm);
-  }
+  jm_Request rq;
+  rc = watched ? finish(jm_mpi.Ialltoallv(
+                            s, scn, sds, t, r, rcn, rds, t, comm, &rq),
+                        &rq, NULL, 0)
+               : jm_mpi.Alltoallv(s, scn, sds, t, r, rcn, rds, t, comm);
   ints_put(&b, rc);
   return rc;
 }

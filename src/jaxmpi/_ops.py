@@ -21,7 +21,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 from mpi4py import MPI
 
 from . import _core
@@ -649,6 +648,18 @@ def _second(x, d):
     return jnp.moveaxis(x, d, 1)
 
 
+def _rows_batching(prim):
+    """The batching rule of the variable-count ops: the batch axis goes
+    second, so a row holds the whole batch's elements and the counts stay
+    as given (one MPI call); the result has it second too."""
+
+    def batcher(args, dims, **params):
+        (x,), (d,) = args, dims
+        return prim.bind(_second(x, d), **params), [1]
+
+    batching.primitive_batchers[prim] = batcher
+
+
 # ---- allgatherv: every rank gets sum(counts) rows, rank r's counts[r] -----
 allgatherv_p = _define(
     "allgatherv", lambda x, *, comm, counts: [_rows(x, sum(counts))])
@@ -662,13 +673,8 @@ def _allgatherv_transpose(cts, x, *, comm, counts):
                                  counts=counts)
 
 
-def _allgatherv_batcher(args, dims, *, comm, counts):
-    (x,), (d,) = args, dims
-    return allgatherv_p.bind(_second(x, d), comm=comm, counts=counts), [1]
-
-
 _linear(allgatherv_p, _allgatherv_transpose)
-batching.primitive_batchers[allgatherv_p] = _allgatherv_batcher
+_rows_batching(allgatherv_p)
 
 # ---- gatherv: the root gets sum(counts) rows; elsewhere x passes through --
 gatherv_p = _define(
@@ -690,14 +696,8 @@ def _gatherv_transpose(cts, x, *, comm, counts, root):
     return [part if comm.rank == root else part + ct]
 
 
-def _gatherv_batcher(args, dims, *, comm, counts, root):
-    (x,), (d,) = args, dims
-    return gatherv_p.bind(_second(x, d), comm=comm, counts=counts,
-                          root=root), [1]
-
-
 _linear(gatherv_p, _gatherv_transpose)
-batching.primitive_batchers[gatherv_p] = _gatherv_batcher
+_rows_batching(gatherv_p)
 
 # ---- scatterv: rank r gets counts[r] rows of the root's x ------------------
 # Elsewhere x is a template of the result (counts[r] rows), as in scatter.
@@ -714,14 +714,8 @@ def _scatterv_transpose(cts, x, *, comm, counts, root):
     return [y if comm.rank == root else _zeros_from(y, x)]
 
 
-def _scatterv_batcher(args, dims, *, comm, counts, root):
-    (x,), (d,) = args, dims
-    return scatterv_p.bind(_second(x, d), comm=comm, counts=counts,
-                           root=root), [1]
-
-
 _linear(scatterv_p, _scatterv_transpose)
-batching.primitive_batchers[scatterv_p] = _scatterv_batcher
+_rows_batching(scatterv_p)
 
 # ---- alltoallv: block j of x (sendcounts[j] rows) goes to rank j ----------
 alltoallv_p = _define(
@@ -737,14 +731,8 @@ def _alltoallv_transpose(cts, x, *, comm, sendcounts, recvcounts):
                             recvcounts=sendcounts)
 
 
-def _alltoallv_batcher(args, dims, *, comm, sendcounts, recvcounts):
-    (x,), (d,) = args, dims
-    return alltoallv_p.bind(_second(x, d), comm=comm, sendcounts=sendcounts,
-                            recvcounts=recvcounts), [1]
-
-
 _linear(alltoallv_p, _alltoallv_transpose)
-batching.primitive_batchers[alltoallv_p] = _alltoallv_batcher
+_rows_batching(alltoallv_p)
 
 
 # ---- reduce_scatter: rank r gets op over ranks of block r of x -------------

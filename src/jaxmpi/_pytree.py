@@ -165,13 +165,20 @@ def _rebuild(treedef, n, groups, outs):
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-def _call_tree(op, spec: Spec, sig, args, kwargs):
+def _arguments(op, spec: Spec, sig, args, kwargs):
+    """(name, bound arguments with defaults, comm info, rows) of a call."""
     fn = op.__name__
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
     a = bound.arguments
     info = v.comm_info(a.get("comm"), fn)
     rows = spec.rows(info, a) if callable(spec.rows) else bool(spec.rows)
+    return fn, bound, info, rows
+
+
+def _call_tree(op, spec: Spec, sig, args, kwargs):
+    fn, bound, info, rows = _arguments(op, spec, sig, args, kwargs)
+    a = bound.arguments
     trees = [_groups(a[t], fn, t, rows and i == 0)
              for i, t in enumerate(spec.trees)]
     if len(trees) == 2:
@@ -252,14 +259,10 @@ def _key(value):
 
 
 def _eager(op, spec, sig, args, kwargs):
-    fn = op.__name__
-    bound = sig.bind(*args, **kwargs)
-    bound.apply_defaults()
-    a = bound.arguments
     # Errors exactly as under jit, raised here: leaves that JAX would refuse
     # as arguments of a jitted function (strings, objects) are named.
-    info = v.comm_info(a.get("comm"), fn)
-    rows = spec.rows(info, a) if callable(spec.rows) else bool(spec.rows)
+    fn, bound, info, rows = _arguments(op, spec, sig, args, kwargs)
+    a = bound.arguments
     for i, t in enumerate(spec.trees):
         _groups(a[t], fn, t, rows and i == 0)
     v.token_arg(a.get("token"), fn)
