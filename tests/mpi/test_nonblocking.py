@@ -12,10 +12,22 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import notoken as mpx
 from util import (DTYPE_IDS, DTYPES, MODES, RANK, REDUCTION_CASES,
-                  REDUCTION_IDS, SIZE, all_data, check, data, reduce_ref, run)
+                  REDUCTION_IDS, SIZE, Later, all_data, check, data, reduce_ref,
+                  run)
 
 SHAPE = (4, 3)
 RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+# A line, not a ring: its ends send to and receive from MPI.PROC_NULL, so
+# that up and down differ from 2 ranks on (a ring's do from 3).
+UP = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
+DOWN = RANK - 1 if RANK > 0 else MPI.PROC_NULL
+
+
+def on_line(peer, shape, dtype, seed=0):
+    """What comes from peer on the line: its data, zeros from PROC_NULL."""
+    if peer == MPI.PROC_NULL:
+        return np.zeros(shape, dtype)
+    return data(peer, shape, dtype, seed=seed)
 
 
 def ring(a):
@@ -48,6 +60,25 @@ def test_isendrecv(dtype, mode):
     t = jnp.zeros((2, 3), dtype)
     y = run(mode, lambda a, b: mpx.wait(mpx.isendrecv(a, b, LEFT, RIGHT)), x, t)
     check(y, data(LEFT, (6,), dtype).reshape(2, 3))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_isendrecv_line_both_ways(mode):
+    # Up and down the line at once, different data and shapes each way:
+    # a swapped source and dest fails at 2 ranks.
+    a = jnp.asarray(data(RANK, SHAPE, np.float32, seed=1))
+    b = jnp.asarray(data(RANK, (5,), np.int32, seed=2))
+
+    def f(a, b):
+        up = mpx.isendrecv(a, a, DOWN, UP, sendtag=1, recvtag=1)
+        down = mpx.isendrecv(b, b, UP, DOWN, sendtag=2, recvtag=2)
+        return tuple(mpx.waitall([up, down]))
+
+    up, down = run(mode, f, a, b)
+    later = Later()
+    later.check(up, on_line(DOWN, SHAPE, np.float32, seed=1), "up")
+    later.check(down, on_line(UP, (5,), np.int32, seed=2), "down")
+    later.done()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -344,6 +375,42 @@ def test_grad_matches_blocking(jit):
     np.testing.assert_allclose(float(t), float(tref), rtol=1e-12)
 
 
+def _line(nonblocking):
+    # Up and down a line with different weights each way: the backward
+    # rules must send the cotangents back the way each value came
+    # (sendrecv's arguments: send, template, source, dest).
+    def f(x, w):
+        if nonblocking:
+            up = mpx.wait(mpx.isendrecv(x * w, x, DOWN, UP))
+            down = mpx.wait(mpx.isendrecv(jnp.sin(x), x, UP, DOWN))
+            r = mpx.irecv(x, DOWN, tag=3)
+            s = mpx.isend(x * x, UP, tag=3)
+            v = mpx.wait(r)
+            mpx.wait(s)
+        else:
+            up = mpx.sendrecv(x * w, x, DOWN, UP)
+            down = mpx.sendrecv(jnp.sin(x), x, UP, DOWN)
+            v = mpx.sendrecv(x * x, x, DOWN, UP, sendtag=3, recvtag=3)
+        return jnp.sum(up * w * (RANK + 1) + down * down * (RANK + 3)
+                       + v * (RANK + 5))
+
+    return f
+
+
+def test_grad_on_a_line_matches_blocking():
+    x = jnp.asarray(data(RANK, (5,), np.float64)) + 0.25
+    w = jnp.asarray(data(RANK, (5,), np.float64, seed=1)) - 0.5
+    g = jax.grad(_line(True), argnums=(0, 1))(x, w)
+    ref = jax.grad(_line(False), argnums=(0, 1))(x, w)
+    t = jax.jvp(_line(True), (x, w), (w, x))[1]
+    tref = jax.jvp(_line(False), (x, w), (w, x))[1]
+    later = Later()
+    for name, a, b in (("dx", g[0], ref[0]), ("dw", g[1], ref[1]),
+                       ("jvp", t, tref)):
+        later.close(a, b, name, rtol=1e-12)
+    later.done()
+
+
 def test_check_grads_forward_and_global_adjoint():
     # Forward mode numerically, rank by rank (as for the blocking ops);
     # reverse mode as the global adjoint identity, which only holds summed
@@ -471,6 +538,25 @@ def test_ineighbor_exchange(mode):
     ya, yb = run(mode, f, a, b)
     check(ya, data(LEFT, (5,), np.float32))
     check(yb, data(RIGHT, (2, 2), np.int16))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ineighbor_exchange_open_ends(mode):
+    # The line: pair 0 goes up, pair 1 (another shape and dtype) down; the
+    # ends talk to MPI.PROC_NULL and get zeros. Tells the directions apart
+    # from 2 ranks (the ring above does from 3).
+    a = jnp.asarray(data(RANK, (5,), np.float32, seed=4))
+    b = jnp.asarray(data(RANK, (2, 2), np.int16, seed=5))
+
+    def f(a, b):
+        return mpx.wait(mpx.ineighbor_exchange([a, b], [a, b], [DOWN, UP],
+                                               [UP, DOWN], tag=21))
+
+    up, down = run(mode, f, a, b)
+    later = Later()
+    later.check(up, on_line(DOWN, (5,), np.float32, seed=4), "up")
+    later.check(down, on_line(UP, (2, 2), np.int16, seed=5), "down")
+    later.done()
 
 
 def _collectives(nonblocking):
