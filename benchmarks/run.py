@@ -160,6 +160,14 @@ def versions():
         out["mpi"] = MPI.Get_library_version().strip().splitlines()[0]
     except Exception:
         pass
+    try:
+        # The level the Python columns' ranks ask MPI for (mpi4py.rc, or its
+        # environment variable, which the workers inherit).
+        import mpi4py
+        level = os.environ.get("MPI4PY_RC_THREAD_LEVEL", mpi4py.rc.thread_level)
+        out["thread level"] = f"MPI_THREAD_{level.upper()} (mpi4py, jaxmpi, mpi4jax, JAX)"
+    except Exception:
+        pass
     cpu = platform.processor()
     try:
         with open("/proc/cpuinfo") as f:

@@ -6,8 +6,9 @@
 
 #include <pthread.h>
 #include <stdarg.h>
-#include <stdatomic.h>
 #include <limits.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -387,11 +388,19 @@ static XLA_FFI_Error *check_rows(jm_call *c) {
   return NULL;
 }
 
+/* The names' lengths, known at compile time: a strlen per name and
+ * attribute was about a fifth of decoding a 4-byte allreduce (callgrind). */
+static const size_t attr_lens[JM_NATTRS] = {
+#define JM_ATTR_LEN(name, type) [JM_ATTR_##name] = sizeof #name - 1,
+    JM_ATTRS(JM_ATTR_LEN)
+#undef JM_ATTR_LEN
+};
+
 static int find_attr(const XLA_FFI_ByteSpan *name) {
-  for (int i = 0; i < JM_NATTRS; i++) {
-    size_t len = strlen(attr_names[i]);
-    if (name->len == len && memcmp(name->ptr, attr_names[i], len) == 0) return i;
-  }
+  for (int i = 0; i < JM_NATTRS; i++)
+    if (name->len == attr_lens[i] && name->ptr[0] == attr_names[i][0] &&
+        memcmp(name->ptr, attr_names[i], attr_lens[i]) == 0)
+      return i;
   return -1;
 }
 
@@ -451,7 +460,15 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
 
 XLA_FFI_Error *jm_decode(XLA_FFI_CallFrame *frame, const jm_op_desc *desc,
                          jm_call *c) {
-  memset(c, 0, sizeof *c);
+  /* Zero the call but the buffer items past the first JM_ZEROED_BUFFERS of
+   * each list: the whole struct is 3.9 KB, whose memset was a third of
+   * decoding a 4-byte allreduce (callgrind: 509 of about 1580 instructions).
+   * No op reads an item past its list's decoded count; the first items are
+   * zero so that a malformed frame's missing fixed item (the fuzzer's) reads
+   * as an empty buffer. */
+  memset(c, 0, offsetof(jm_call, arg) + JM_ZEROED_BUFFERS * sizeof(jm_buffer));
+  memset(c->ret, 0, JM_ZEROED_BUFFERS * sizeof(jm_buffer));
+  memset(&c->nargs, 0, sizeof *c - offsetof(jm_call, nargs));
   c->opname = desc->name;
   c->frame = frame;
   c->api = frame->api;
