@@ -455,8 +455,10 @@ def plot(stats, args, path, meta):
     series = present_series(stats)
     fig, axes = plt.subplots(2, len(args.ops), figsize=(4.2 * len(args.ops), 7.5),
                              squeeze=False, sharex=True)
-    style = {"c": ("k", "o"), "mpi4py": ("tab:gray", "s"), "mpi4jax": ("tab:blue", "^"),
-             "jax": ("tab:green", "D"), "jaxmpi": ("tab:red", "v")}
+    style = {"c": ("k", "o"), "c_mt": ("tab:brown", "o"), "c_huge": ("tab:olive", "o"),
+             "mpi4py": ("tab:gray", "s"), "mpi4jax": ("tab:blue", "^"),
+             "jax": ("tab:green", "D"), "jaxmpi": ("tab:red", "v"),
+             "plain": ("tab:purple", "x")}
     for col, op in enumerate(args.ops):
         top, bottom = axes[0][col], axes[1][col]
         for impl, mode in series:
@@ -605,6 +607,11 @@ def parse_args(argv=None):
     return args
 
 
+def meta_path(raw):
+    """The header of the run whose samples are in raw (raw-*.jsonl)."""
+    return raw[:-len(".jsonl")] + ".meta.json" if raw.endswith(".jsonl") else raw + ".meta.json"
+
+
 def main(argv=None):
     args = parse_args(argv)
     os.makedirs(args.outdir, exist_ok=True)
@@ -613,6 +620,18 @@ def main(argv=None):
     meta = versions()
     meta["ranks"] = args.ranks
     meta["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    # The header describes the run that took the samples, as it started (its
+    # load before its own jobs): kept next to the raw samples, and read back
+    # by --from-raw instead of describing the moment of tabulating.
+    if args.from_raw:
+        try:
+            with open(meta_path(args.from_raw)) as f:
+                meta = json.load(f)
+        except OSError:
+            meta["load"] = "unknown (tabulated later from the raw samples)"
+    else:
+        with open(meta_path(raw), "w") as f:
+            json.dump(meta, f)
 
     impls, skipped = [], {}
     exe = None
