@@ -2,7 +2,7 @@
 """jaxmpi's op benchmarks against plain C MPI, mpi4py, mpi4jax and JAX's own
 CPU collectives, in one run on the same ranks and sizes.
 
-    python benchmarks/run.py --ranks 2            # full run (~15 min at 2 ranks on 2 busy cores)
+    python benchmarks/run.py --ranks 2            # full run (7 min at 2 ranks, 2 quiet cores)
     python benchmarks/run.py --ranks 2 --quick    # a minute or two
     python benchmarks/run.py --publish            # also update benchmarks/RESULTS.md,
                                                   # benchmarks/results.csv, docs/benchmarks.png
