@@ -12,9 +12,6 @@
 #include "xla/ffi/api/c_api.h"
 
 #define JM_MAX_BUFFERS 32 /* neighbor_exchange: at most 32 pairs */
-/* Items of each buffer list that jm_decode zeroes (every fixed-arity op has
- * at most this many; the variadic ones read only what they decoded). */
-#define JM_ZEROED_BUFFERS 4
 #define JM_NDTYPES 34
 
 /* What jaxmpi knows of each XLA element type. */
