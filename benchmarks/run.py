@@ -617,9 +617,6 @@ def main(argv=None):
     os.makedirs(args.outdir, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     raw = os.path.join(args.outdir, f"raw-{stamp}-np{args.ranks}.jsonl")
-    meta = versions()
-    meta["ranks"] = args.ranks
-    meta["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     # The header describes the run that took the samples, as it started (its
     # load before its own jobs): kept next to the raw samples, and read back
     # by --from-raw instead of describing the moment of tabulating.
@@ -628,8 +625,11 @@ def main(argv=None):
             with open(meta_path(args.from_raw)) as f:
                 meta = json.load(f)
         except OSError:
-            meta["load"] = "unknown (tabulated later from the raw samples)"
+            meta = {"load": "unknown (tabulated later from the raw samples)"}
     else:
+        meta = versions()
+        meta["ranks"] = args.ranks
+        meta["date"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         with open(meta_path(raw), "w") as f:
             json.dump(meta, f)
 

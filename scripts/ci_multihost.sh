@@ -26,8 +26,7 @@ export JAXMPI_OPENMPI_VENV="$work/venv-multihost-openmpi"
 export JAXMPI_MULTIHOST_LAYOUTS=${JAXMPI_MULTIHOST_LAYOUTS:-2x2}
 # 2 hosts x 2 ranks share 2 cores: MPICH's ranks yield while they wait, as
 # in ./run (hydra forwards the launcher's environment to every host).
-export MPIR_CVAR_ENABLE_HEAVY_YIELD=${MPIR_CVAR_ENABLE_HEAVY_YIELD:-1}
-export MPIR_CVAR_POLLS_BEFORE_YIELD=${MPIR_CVAR_POLLS_BEFORE_YIELD:-100}
+. scripts/mpich_yield.sh
 echo "=== [$(date +%T)] tests/multihost (layouts $JAXMPI_MULTIHOST_LAYOUTS; mpich and Open MPI)"
 out="$work/multihost-pytest.log"
 set +e

@@ -18,9 +18,9 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import notoken as mpx
 from util import RANK, SIZE
+from util import LEFT, RIGHT
 
 X = jnp.arange(SIZE * 2, dtype=jnp.float32).reshape(SIZE, 2) + RANK
-RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
 
 # Every op and argument that takes an array, called with `bad` there.
 CALLS = {

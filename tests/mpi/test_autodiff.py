@@ -11,15 +11,7 @@ from jax.test_util import check_grads
 from mpi4py import MPI
 
 from jaxmpi import notoken as mpx
-from util import RANK, SIZE, Later
-
-RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
-# A non-periodic line (MPI.PROC_NULL at the ends): rank r sends up to r + 1
-# and receives from r - 1. Its transpose runs the other way, so a rule that
-# keeps (or swaps twice) the direction fails at 2 ranks too, where the
-# ring's two neighbours are one rank.
-UP = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
-DOWN = RANK - 1 if RANK > 0 else MPI.PROC_NULL
+from util import DOWN, LEFT, RANK, RIGHT, SIZE, UP, Later
 
 
 def _below(X, r):

@@ -14,6 +14,7 @@ from mpi4py import MPI
 
 from jaxmpi import notoken as mpx
 from util import DTYPES as ALL_DTYPES, DTYPE_IDS as ALL_DTYPE_IDS
+from util import DOWN, UP
 from util import RANK, SIZE, bfloat16, data
 
 DTYPES = [np.dtype(d) for d in (np.int32, np.uint8, np.float16, bfloat16,
@@ -21,10 +22,6 @@ DTYPES = [np.dtype(d) for d in (np.int32, np.uint8, np.float16, bfloat16,
 IDS = [str(d) for d in DTYPES]
 STEPS = 3
 SRC, DST = (RANK - 1) % SIZE, (RANK + 1) % SIZE
-# A non-periodic line (MPI.PROC_NULL at the ends): source and dest differ at
-# 2 ranks too, where the ring's SRC and DST are one rank.
-UP = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
-DOWN = RANK - 1 if RANK > 0 else MPI.PROC_NULL
 
 
 def keep_small(y):

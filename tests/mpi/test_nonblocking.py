@@ -11,23 +11,11 @@ from mpi4py import MPI
 
 import jaxmpi
 from jaxmpi import notoken as mpx
-from util import (DTYPE_IDS, DTYPES, MODES, RANK, REDUCTION_CASES,
-                  REDUCTION_IDS, SIZE, Later, all_data, check, data, reduce_ref,
-                  run)
+from util import (DOWN, DTYPE_IDS, DTYPES, LEFT, MODES, RANK, REDUCTION_CASES,
+                  REDUCTION_IDS, RIGHT, SIZE, UP, Later, all_data, check, data,
+                  on_line, reduce_ref, run)
 
 SHAPE = (4, 3)
-RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
-# A line, not a ring: its ends send to and receive from MPI.PROC_NULL, so
-# that up and down differ from 2 ranks on (a ring's do from 3).
-UP = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
-DOWN = RANK - 1 if RANK > 0 else MPI.PROC_NULL
-
-
-def on_line(peer, shape, dtype, seed=0):
-    """What comes from peer on the line: its data, zeros from PROC_NULL."""
-    if peer == MPI.PROC_NULL:
-        return np.zeros(shape, dtype)
-    return data(peer, shape, dtype, seed=seed)
 
 
 def ring(a):

@@ -11,8 +11,8 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import notoken as mpx
 from util import RANK, SIZE, check
+from util import LEFT, RIGHT
 
-RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
 TOTAL = SIZE * (SIZE - 1) / 2  # sum of ranks
 
 

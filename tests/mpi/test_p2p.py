@@ -13,35 +13,23 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import notoken as mpx
 from util import check_mode as util_check_mode
-from util import (DTYPE_IDS, DTYPES, MODES, RANK, SIZE, Later, bfloat16,
-                  check, data, run)
+from util import (DOWN, DTYPE_IDS, DTYPES, LEFT, MODES, RANK, RIGHT, SIZE, UP,
+                  Later, bfloat16, check, data, on_line, run)
 
 SHAPE = (4, 3)
-RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
 needs2 = pytest.mark.skipif(SIZE < 2, reason="needs 2 ranks")
 
-# A non-periodic line: rank r sends up to r + 1 and receives from r - 1
-# below; the ends talk to MPI.PROC_NULL. Unlike the ring (whose left and
-# right neighbours are one rank at 2 ranks), source and dest swapped give
-# another answer at every rank count from 2.
-UP = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
-DOWN = RANK - 1 if RANK > 0 else MPI.PROC_NULL
 SOME_DTYPES = [np.dtype(d) for d in (np.bool_, np.int8, np.uint64, np.float16,
                                      bfloat16, np.float64, np.complex128)]
 
 
 def from_below(shape, dtype, seed=0):
-    """What rank RANK receives on the line going up: its lower neighbour's
-    data, or zeros at the bottom end."""
-    if DOWN == MPI.PROC_NULL:
-        return np.zeros(shape, dtype)
-    return data(DOWN, shape, dtype, seed=seed)
+    """What rank RANK receives on the line going up."""
+    return on_line(DOWN, shape, dtype, seed)
 
 
 def from_above(shape, dtype, seed=0):
-    if UP == MPI.PROC_NULL:
-        return np.zeros(shape, dtype)
-    return data(UP, shape, dtype, seed=seed)
+    return on_line(UP, shape, dtype, seed)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -14,8 +14,8 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import notoken as mpx
 from util import RANK, SIZE, bfloat16
+from util import LEFT, RIGHT
 
-RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
 # send/recv: rank 0 sends first, the others receive first (a chain, no
 # deadlock at any size); one rank talks to nobody.
 P2P_DEST = RIGHT if SIZE > 1 else MPI.PROC_NULL

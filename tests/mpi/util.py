@@ -10,6 +10,14 @@ from mpi4py import MPI
 WORLD = MPI.COMM_WORLD
 RANK = WORLD.Get_rank()
 SIZE = WORLD.Get_size()
+# The ring's neighbours, and a non-periodic line (MPI.PROC_NULL at the
+# ends): rank r sends up to r + 1 and receives from r - 1. At 2 ranks the
+# ring's two neighbours are one rank; the line's directions differ at every
+# rank count, so a swapped source and dest (or a transpose that keeps the
+# direction) fails from 2 ranks on.
+RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
+UP = RANK + 1 if RANK < SIZE - 1 else MPI.PROC_NULL
+DOWN = RANK - 1 if RANK > 0 else MPI.PROC_NULL
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 DTYPES = [np.dtype(d) for d in (
@@ -182,3 +190,10 @@ def check_mode(mode):
         yield mode
     finally:
         core.set_check(before)
+
+
+def on_line(peer, shape, dtype, seed=0):
+    """What comes from peer on the line: its data(), zeros from PROC_NULL."""
+    if peer == MPI.PROC_NULL:
+        return np.zeros(shape, dtype)
+    return data(peer, shape, dtype, seed=seed)
