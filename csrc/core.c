@@ -107,7 +107,10 @@ int jaxmpi_check_scheduled(int64_t n) { return jm_check_scheduled(n); }
 int jaxmpi_check_name_op(uint64_t op, const char *name) {
   return jm_check_name_op(JM_HANDLE(jm_Op, op), name);
 }
-void jaxmpi_set_error_classes(int truncate) { jm_const.err_truncate = truncate; }
+void jaxmpi_set_error_classes(int truncate, int pending) {
+  jm_const.err_truncate = truncate;
+  jm_const.err_pending = pending;
+}
 int jaxmpi_register_site(int64_t id, const char *text) {
   return jm_site_register(id, text);
 }

@@ -56,8 +56,8 @@ JM_EXPORT int jaxmpi_get_check(void);
 /* 1 if the default mode checks a communicator's n-th collective. */
 JM_EXPORT int jaxmpi_check_scheduled(int64_t n);
 JM_EXPORT int jaxmpi_check_name_op(uint64_t op, const char *name);
-/* MPI_ERR_TRUNCATE's class (mpi4py's MPI.ERR_TRUNCATE). */
-JM_EXPORT void jaxmpi_set_error_classes(int truncate);
+/* MPI_ERR_TRUNCATE's and MPI_ERR_PENDING's classes (mpi4py's MPI.ERR_*). */
+JM_EXPORT void jaxmpi_set_error_classes(int truncate, int pending);
 /* Python source lines of calls (named by the watchdog and the debug log):
  * register `text` under `id` (the `site` attribute of the lowered call). */
 JM_EXPORT int jaxmpi_register_site(int64_t id, const char *text);

@@ -387,11 +387,20 @@ static XLA_FFI_Error *check_rows(jm_call *c) {
   return NULL;
 }
 
+/* The names' lengths, known at compile time: a strlen per name and
+ * attribute was about a fifth of decoding a 4-byte allreduce (callgrind:
+ * about 480 of 1600 instructions). */
+static const size_t attr_lens[JM_NATTRS] = {
+#define JM_ATTR_LEN(name, type) [JM_ATTR_##name] = sizeof #name - 1,
+    JM_ATTRS(JM_ATTR_LEN)
+#undef JM_ATTR_LEN
+};
+
 static int find_attr(const XLA_FFI_ByteSpan *name) {
-  for (int i = 0; i < JM_NATTRS; i++) {
-    size_t len = strlen(attr_names[i]);
-    if (name->len == len && memcmp(name->ptr, attr_names[i], len) == 0) return i;
-  }
+  for (int i = 0; i < JM_NATTRS; i++)
+    if (name->len == attr_lens[i] &&
+        memcmp(name->ptr, attr_names[i], attr_lens[i]) == 0)
+      return i;
   return -1;
 }
 

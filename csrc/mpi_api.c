@@ -11,7 +11,7 @@
 #include <string.h>
 
 jm_mpi_api jm_mpi;
-jm_mpi_consts jm_const = {.err_truncate = -1};
+jm_mpi_consts jm_const = {.err_truncate = -1, .err_pending = -1};
 jm_count_cfg jm_count = {INT_MAX, 1};
 
 /* Set once by jm_mpi_bind. */

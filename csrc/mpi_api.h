@@ -233,6 +233,7 @@ typedef struct jm_mpi_consts {
   int any_source, any_tag, proc_null, undefined;
   int thread_serialized;
   int err_truncate; /* MPI_ERR_TRUNCATE's class, -1 until configured */
+  int err_pending;  /* MPI_ERR_PENDING's, likewise */
   jm_Datatype byte;
   void *in_place; /* MPI_IN_PLACE, from mpi4py (int(MPI.IN_PLACE)) */
 } jm_mpi_consts;

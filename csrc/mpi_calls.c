@@ -307,6 +307,7 @@ int jm_Sendrecv(const void *s, int64_t sn, size_t selsize, jm_Datatype st,
       return rc;
     }
     rc = jm_wait(&rr, status, 1);
+    if (rc && rc != JM_ERR_TIMEOUT) jm_settle(1, &sr, 0); /* see jm_settle */
     if (rc) return rc;
     return jm_wait(&sr, NULL, 0);
   }

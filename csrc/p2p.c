@@ -229,7 +229,7 @@ XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
   if (rc) {
     /* MPI_ERR_IN_STATUS: name the first request that failed. */
     for (int k = 0; k < 2 * n; k++) {
-      if (st[k].MPI_ERROR == 0) continue;
+      if (!jm_status_failed(&st[k])) continue;
       jm_leg l = leg(c, k);
       return jm_mpi_failure(c, l.recv ? "MPI_Waitall (receive)"
                                       : "MPI_Waitall (send)",
@@ -284,7 +284,7 @@ XLA_FFI_Error *jm_run_neighbor_alltoallv(jm_call *c) {
   if (rc == JM_ERR_TIMEOUT) return jm_mpi_failure(c, "MPI_Waitall", NULL, 0, rc);
   if (rc) {
     for (int k = 0; k < nr + ns; k++) {
-      if (st[k].MPI_ERROR == 0) continue;
+      if (!jm_status_failed(&st[k])) continue;
       const int recv = k < nr;
       return jm_mpi_failure(
           c, recv ? "MPI_Waitall (receive)" : "MPI_Waitall (send)",

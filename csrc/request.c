@@ -112,7 +112,7 @@ static XLA_FFI_Error *finish(jm_req *r) {
   }
   if (r->rc) {
     for (int k = 0; k < r->nreq; k++) {
-      if (r->st[k].MPI_ERROR == 0) continue;
+      if (!jm_status_failed(&r->st[k])) continue;
       return jm_mpi_failure(c, k < r->nrecv ? "MPI_Wait (receive)"
                                             : r->fn,
                             r->peer_kind, r->peer, r->st[k].MPI_ERROR);
@@ -222,6 +222,7 @@ static void poll_one(jm_req *r, double *now) {
   if (!r->complete) {
     int flag = 0;
     int rc = jm_mpi.Testall(r->nreq, r->reqs, &flag, r->st);
+    if (rc) jm_settle(r->nreq, r->reqs, r->nrecv);
     if (rc || flag) {
       r->complete = 1;
       r->rc = rc;

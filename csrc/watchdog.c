@@ -33,13 +33,16 @@ static void backoff(int64_t polls) {
   nanosleep(&ts, NULL);
 }
 
-/* A cancelled receive completes locally: give it a moment. */
-static void jm_wait_cancelled(jm_Request *request) {
-  double until = jm_mpi.Wtime() + 1.0;
-  for (int64_t polls = 0; jm_mpi.Wtime() < until; polls++) {
+/* Give a request `seconds` to complete (a cancelled receive completes
+ * locally, in a moment). 1 when it completed (or failed: MPI is done with
+ * it), 0 when it is still active. */
+static int complete_within(jm_Request *request, double seconds) {
+  double until = jm_mpi.Wtime() + seconds;
+  for (int64_t polls = 0;; polls++) {
     int done = 0;
     jm_Status st;
-    if (jm_mpi.Test(request, &done, &st) || done) break;
+    if (jm_mpi.Test(request, &done, &st) || done) return 1;
+    if (jm_mpi.Wtime() >= until) return 0;
     backoff(polls);
   }
 }
@@ -58,19 +61,26 @@ int jm_wait(jm_Request *request, jm_Status *status, int cancellable) {
     if (jm_mpi.Wtime() > deadline) break;
     backoff(polls);
   }
-  if (cancellable && jm_mpi.Cancel(request) == 0) jm_wait_cancelled(request);
+  if (cancellable && jm_mpi.Cancel(request) == 0) (void)complete_within(request, 1.0);
   return JM_ERR_TIMEOUT;
 }
 
 int jm_waitall(int n, jm_Request *requests, jm_Status *statuses,
                int ncancellable) {
   double limit = jm_watchdog_timeout();
-  if (limit <= 0) return jm_mpi.Waitall(n, requests, statuses);
+  if (limit <= 0) {
+    int rc = jm_mpi.Waitall(n, requests, statuses);
+    if (rc) jm_settle(n, requests, ncancellable);
+    return rc;
+  }
   double deadline = jm_mpi.Wtime() + limit;
   for (int64_t polls = 0;; polls++) {
     int done = 0;
     int rc = jm_mpi.Testall(n, requests, &done, statuses);
-    if (rc) return rc;
+    if (rc) {
+      jm_settle(n, requests, ncancellable);
+      return rc;
+    }
     if (done) return 0;
     if (jm_mpi.Wtime() > deadline) break;
     backoff(polls);
@@ -85,7 +95,30 @@ void jm_cancel_receives(int n, jm_Request *requests) {
     int done = 0;
     /* A completed request is null already; testing it again is harmless. */
     if (jm_mpi.Test(&requests[i], &done, &st) == 0 && done) continue;
-    if (jm_mpi.Cancel(&requests[i]) == 0) jm_wait_cancelled(&requests[i]);
+    if (jm_mpi.Cancel(&requests[i]) == 0) (void)complete_within(&requests[i], 1.0);
+  }
+}
+
+/* How long jm_settle lets the requests of a failed call complete on their
+ * own, as MPI_Waitall would have (the peers' matching calls are usually
+ * under way): the watchdog's timeout, else 10 s. */
+static double settle_seconds(void) {
+  double limit = jm_watchdog_timeout();
+  return limit > 0 ? limit : 10.0;
+}
+
+void jm_settle(int n, jm_Request *requests, int nrecv) {
+  if (nrecv > n) nrecv = n;
+  const double until = jm_mpi.Wtime() + settle_seconds();
+  for (int i = 0; i < n; i++) {
+    double left = until - jm_mpi.Wtime();
+    if (complete_within(&requests[i], left > 0 ? left : 0)) continue;
+    if (i < nrecv) {
+      if (jm_mpi.Cancel(&requests[i]) == 0)
+        (void)complete_within(&requests[i], 1.0);
+    } else {
+      jm_mpi.Request_free(&requests[i]);
+    }
   }
 }
 

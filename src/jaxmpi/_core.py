@@ -97,7 +97,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.jaxmpi_get_check.restype = c.c_int
     lib.jaxmpi_check_scheduled.argtypes = [c.c_int64]
     lib.jaxmpi_check_scheduled.restype = c.c_int
-    lib.jaxmpi_set_error_classes.argtypes = [c.c_int]
+    lib.jaxmpi_set_error_classes.argtypes = [c.c_int, c.c_int]
     lib.jaxmpi_set_error_classes.restype = None
     lib.jaxmpi_register_site.argtypes = [c.c_int64, c.c_char_p]
     lib.jaxmpi_register_site.restype = c.c_int
@@ -237,7 +237,8 @@ class Core:
                 self.lib.jaxmpi_check_name_op(int(handle(op)), name.encode())
         for (_, name), h in self.half_ops.items():
             self.lib.jaxmpi_check_name_op(int(h), name.encode())
-        self.lib.jaxmpi_set_error_classes(int(MPI.ERR_TRUNCATE))
+        self.lib.jaxmpi_set_error_classes(int(MPI.ERR_TRUNCATE),
+                                         int(MPI.ERR_PENDING))
         self.set_check(parse_check(os.environ.get("JAXMPI_CHECK", ""),
                                    "JAXMPI_CHECK"))
         self.set_timeout(parse_timeout(os.environ.get("JAXMPI_TIMEOUT", ""),

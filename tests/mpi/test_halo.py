@@ -14,6 +14,8 @@ tests summed over ranks, JVP, vmap in one call, validation on every rank.
 """
 
 import itertools
+import re
+import time
 
 import jax
 import jax.numpy as jnp
@@ -368,3 +370,48 @@ def test_neighbor_alltoallv_count_mismatch_is_an_error(graphs, extra):
                        match=r"neighbor_alltoallv: .*(received \d+ bytes .* but expected|truncated)"):
         jax.block_until_ready(
             mpx.neighbor_alltoallv(x, sendcounts, recvcounts, comm=g))
+
+
+@pytest.mark.skipif(SIZE < 3, reason="needs two distinct neighbours")
+def test_failed_exchange_returns_when_mpi_is_done_with_its_buffers():
+    # Every rank expects one row less from its first source than it gets
+    # (MPI's truncation error, at once) while the last rank enters the call
+    # late: a rank that also receives from it must not return before that
+    # message has landed. MPI may report the truncation with the other
+    # receive still posted (Open MPI 5 does); a call that returned then
+    # left MPI writing into a result XLA had freed (heap corruption at 3
+    # ranks). Afterwards the graph carries a correct exchange: nothing of
+    # the failed call is left over.
+    delay = 0.5
+    out = _ring()
+    inn = _in_lists(out)
+    g = WORLD.Create_dist_graph_adjacent(inn[RANK], out[RANK], reorder=False)
+    late = SIZE - 1
+
+    def block(r):
+        return np.arange(12, dtype=np.float32).reshape(4, 3) + 100 * r
+
+    try:
+        g.Barrier()
+        t0 = time.perf_counter()
+        if RANK == late:
+            time.sleep(delay)
+        msg = ""
+        try:
+            jax.block_until_ready(mpx.neighbor_alltoallv(
+                jnp.asarray(block(RANK)), [2, 2], [1, 2], comm=g))
+        except jax.errors.JaxRuntimeError as e:
+            msg = str(e)
+        elapsed = time.perf_counter() - t0
+        got = np.asarray(mpx.neighbor_alltoallv(
+            jnp.asarray(block(RANK)), [2, 2], [2, 2], comm=g))
+    finally:
+        g.Free()
+    assert re.search(r"neighbor_alltoallv: .*truncated", msg), msg
+    if late in inn[RANK]:
+        assert elapsed >= 0.9 * delay, (
+            f"returned after {elapsed:.3f} s, before rank {late} sent")
+    # Sender s sends rows 2j:2j+2 of its block to out[s][j].
+    want = np.concatenate([block(s)[2 * out[s].index(RANK):][:2]
+                           for s in inn[RANK]])
+    np.testing.assert_array_equal(got, want)
