@@ -113,12 +113,10 @@ void jm_settle(int n, jm_Request *requests, int nrecv) {
   for (int i = 0; i < n; i++) {
     double left = until - jm_mpi.Wtime();
     if (complete_within(&requests[i], left > 0 ? left : 0)) continue;
-    if (i < nrecv) {
-      if (jm_mpi.Cancel(&requests[i]) == 0)
-        (void)complete_within(&requests[i], 1.0);
-    } else {
+    if (i < nrecv)
+      jm_cancel_receives(1, &requests[i]);
+    else
       jm_mpi.Request_free(&requests[i]);
-    }
   }
 }
 
