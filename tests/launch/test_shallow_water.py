@@ -78,6 +78,15 @@ def test_halo_exchange_matches_sendrecv(mpirun, tmp_path_factory, n):
     assert_same_state(plain, halo, f"halo_exchange vs sendrecv on {n} ranks")
 
 
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_overlap_exchange_matches_sendrecv(mpirun, tmp_path_factory, n):
+    # Non-blocking: the tendencies off the rim computed while the halo is in
+    # flight, the rim's after the wait (1 x 2, 3 x 1 and 2 x 2 blocks).
+    plain = run_model(mpirun, tmp_path_factory, n, "sendrecv", SHORT)
+    overlap = run_model(mpirun, tmp_path_factory, n, "overlap", SHORT)
+    assert_same_state(plain, overlap, f"overlap vs sendrecv on {n} ranks")
+
+
 def test_mpi4jax_backend_gives_the_same_solution(mpirun, tmp_path_factory):
     # The same model code on mpi4jax (an optional install, for the benchmark).
     if importlib.util.find_spec("mpi4jax") is None:  # no import: no MPI_Init here
