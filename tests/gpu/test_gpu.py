@@ -23,6 +23,8 @@ RIGHT, LEFT = (RANK + 1) % SIZE, (RANK - 1) % SIZE
 ROOT = SIZE - 1
 CORE = _core.get()
 needs2 = pytest.mark.skipif(SIZE < 2, reason="needs 2 ranks")
+# A ring over every rank (periodic: at 1 rank a block is its own neighbour).
+WORLD_CART = MPI.COMM_WORLD.Create_cart([SIZE], periods=[True])
 
 
 def on_gpu(x):
@@ -90,6 +92,77 @@ def test_every_op_in_one_program(dtype):
     gpu_check(out["exchange"][1], X[RIGHT][:1])
     if SIZE > 1:
         gpu_check(out["recv"], X[LEFT])
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_newer_collectives_in_one_program(dtype):
+    """The collectives added after the first twelve, and a pytree, in one
+    jitted program on GPU arrays: variable counts that differ per rank,
+    reduce_scatter even and uneven, exscan, a halo and a neighbourhood
+    exchange whose two directions carry different rows."""
+    op = MPI.LOR if kind(dtype) == "bool" else MPI.SUM
+    opname = "LOR" if kind(dtype) == "bool" else "SUM"
+    counts = [r % 3 + 1 for r in range(SIZE)]  # rows of rank r: 1, 2, 3, 1, ...
+    offs = np.concatenate([[0], np.cumsum(counts)])
+    total = int(offs[-1])
+
+    def sendcounts(r):  # rows rank r sends to each rank (never all equal)
+        return [(r + j) % 2 + 1 for j in range(SIZE)]
+
+    def rows(r, n, seed):
+        return data(r, (n, 2), dtype, seed=seed, small=True)
+
+    cart = WORLD_CART
+    x_rs = on_gpu(rows(RANK, SIZE, 1))
+    x_rv = on_gpu(rows(RANK, total, 2))
+    x_v = on_gpu(rows(RANK, counts[RANK], 3))
+    x_a2a = on_gpu(rows(RANK, sum(sendcounts(RANK)), 4))
+    x_halo = on_gpu(rows(RANK, 4, 5))
+    x_nbr = on_gpu(rows(RANK, 3, 6))
+    tree = {"a": x_rs, "b": [x_halo[:1], x_nbr]}
+
+    def f(x_rs, x_rv, x_v, x_a2a, x_halo, x_nbr, tree):
+        return {
+            "reduce_scatter": mpx.reduce_scatter(x_rs, op),
+            "reduce_scatterv": mpx.reduce_scatter(x_rv, op, counts=counts),
+            "exscan": mpx.exscan(x_rs, op),
+            "allgatherv": mpx.allgatherv(x_v, counts),
+            "gatherv": mpx.gatherv(x_v, counts, ROOT),
+            "scatterv": mpx.scatterv(x_rv if RANK == ROOT else x_v, counts, ROOT),
+            "alltoallv": mpx.alltoallv(x_a2a, sendcounts(RANK),
+                                       [sendcounts(i)[RANK] for i in range(SIZE)]),
+            "halo": mpx.halo_exchange(x_halo, cart, 1),
+            # one row to the left neighbour, two to the right one
+            "neighbor": mpx.neighbor_alltoallv(x_nbr, [1, 2], [2, 1], comm=cart),
+            "tree": mpx.allreduce(tree, op),
+        }
+
+    out = jax.jit(f)(x_rs, x_rv, x_v, x_a2a, x_halo, x_nbr, tree)
+    RS = [rows(r, SIZE, 1) for r in range(SIZE)]
+    RV = [rows(r, total, 2) for r in range(SIZE)]
+    V = [rows(r, counts[r], 3) for r in range(SIZE)]
+    A = [rows(r, sum(sendcounts(r)), 4) for r in range(SIZE)]
+    H = [rows(r, 4, 5) for r in range(SIZE)]
+    N = [rows(r, 3, 6) for r in range(SIZE)]
+    gpu_check(out["reduce_scatter"], reduce_ref(RS, opname, dtype)[RANK])
+    gpu_check(out["reduce_scatterv"],
+              reduce_ref(RV, opname, dtype)[offs[RANK]:offs[RANK + 1]])
+    identity = np.zeros((SIZE, 2), dtype)  # SUM's and LOR's
+    gpu_check(out["exscan"],
+              reduce_ref(RS[:RANK], opname, dtype) if RANK else identity)
+    gpu_check(out["allgatherv"], np.concatenate(V))
+    gpu_check(out["gatherv"], np.concatenate(V) if RANK == ROOT else V[RANK])
+    gpu_check(out["scatterv"], RV[ROOT][offs[RANK]:offs[RANK + 1]])
+    blocks = []
+    for i in range(SIZE):
+        start = sum(sendcounts(i)[:RANK])
+        blocks.append(A[i][start:start + sendcounts(i)[RANK]])
+    gpu_check(out["alltoallv"], np.concatenate(blocks))
+    gpu_check(out["halo"], np.concatenate([H[LEFT][2:3], H[RANK][1:3], H[RIGHT][1:2]]))
+    gpu_check(out["neighbor"], np.concatenate([N[LEFT][1:3], N[RIGHT][:1]]))
+    gpu_check(out["tree"]["a"], reduce_ref(RS, opname, dtype))
+    gpu_check(out["tree"]["b"][0], reduce_ref([h[:1] for h in H], opname, dtype))
+    gpu_check(out["tree"]["b"][1], reduce_ref(N, opname, dtype))
 
 
 @pytest.mark.parametrize("dtype,opname", REDUCTION_CASES, ids=REDUCTION_IDS)
