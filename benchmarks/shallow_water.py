@@ -1,6 +1,7 @@
 """Shallow-water benchmark: mpi4jax against jaxmpi (plain sendrecv halo
-exchange, the hand-written fused neighbor_exchange, and halo_exchange), same
-model, grid and steps.
+exchange, the hand-written fused neighbor_exchange, halo_exchange, and the
+overlap exchange that computes the interior while the halo is in flight),
+same model, grid and steps.
 
     python benchmarks/shallow_water.py                 # 2 ranks, 3600 x 1800, 0.01 days, 3 repeats
     python benchmarks/shallow_water.py --days 0.1 --repeats 5
@@ -41,6 +42,7 @@ CONFIGS = {
     "jaxmpi-sendrecv": ["--backend", "jaxmpi", "--exchange", "sendrecv"],
     "jaxmpi-fused": ["--backend", "jaxmpi", "--exchange", "fused"],
     "jaxmpi-halo": ["--backend", "jaxmpi", "--exchange", "halo"],
+    "jaxmpi-overlap": ["--backend", "jaxmpi", "--exchange", "overlap"],
 }
 
 
@@ -50,6 +52,7 @@ def available(name):
         "jaxmpi-sendrecv": "import jaxmpi.notoken",
         "jaxmpi-fused": "import jaxmpi.notoken as m; assert hasattr(m, 'neighbor_exchange')",
         "jaxmpi-halo": "import jaxmpi.notoken as m; assert hasattr(m, 'halo_exchange')",
+        "jaxmpi-overlap": "import jaxmpi.notoken as m; assert hasattr(m, 'ineighbor_exchange')",
     }[name]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     return subprocess.run([sys.executable, "-c", code], env=env,
@@ -63,8 +66,8 @@ def launcher():
     return [os.path.join(os.path.dirname(sys.executable), "mpiexec")]
 
 
-def run_once(args, name):
-    cmd = [*launcher(), "-n", str(args.ranks), sys.executable,
+def run_once(args, name, ranks):
+    cmd = [*launcher(), "-n", str(ranks), sys.executable,
            os.path.join(ROOT, "examples", "shallow_water.py"), "--benchmark",
            "--days", str(args.days), "--grid", *map(str, args.grid),
            "--steps-per-call", str(args.steps_per_call), *CONFIGS[name]]
@@ -81,9 +84,53 @@ def run_once(args, name):
     return float(found.group(1)), int(steps.group(1))
 
 
+def rank_counts(text):
+    try:
+        counts = [int(v) for v in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(
+            f"--ranks must be rank counts separated by commas, e.g. 2 or "
+            f"1,2,4,8,16; got {text!r}")
+    return counts
+
+
+def table(names, times, steps):
+    print(f"{'configuration':16s} {'median s':>9s} {'min s':>8s} {'max s':>8s} "
+          f"{'ms/step':>8s} {'vs mpi4jax':>10s} {'vs fused':>9s}")
+    ref = statistics.median(times["mpi4jax"]) if "mpi4jax" in times else None
+    fused = statistics.median(times["jaxmpi-fused"]) if "jaxmpi-fused" in times else None
+    for n in names:
+        med = statistics.median(times[n])
+        ratio = f"{med / ref:10.3f}" if ref else f"{'-':>10s}"
+        vs_fused = f"{med / fused:9.3f}" if fused else f"{'-':>9s}"
+        print(f"{n:16s} {med:9.2f} {min(times[n]):8.2f} {max(times[n]):8.2f} "
+              f"{1e3 * med / steps:8.2f} {ratio} {vs_fused}")
+
+
+def scaling(names, counts, medians):
+    """Strong scaling: speed-up and parallel efficiency against the fewest
+    ranks run (ideally 1) of the same configuration."""
+    base = counts[0]
+    print(f"\nstrong scaling (fixed grid), against {base} rank(s) of the same "
+          f"configuration: speed-up (parallel efficiency)")
+    print(f"{'configuration':16s} " + " ".join(f"{f'{c} ranks':>16s}" for c in counts))
+    for n in names:
+        cells = []
+        for c in counts:
+            t0, t = medians[(n, base)], medians[(n, c)]
+            speedup = t0 / t
+            cells.append(f"{t:6.2f} s {speedup:4.1f}x ({speedup * base / c:.2f})"
+                         .rjust(16))
+        print(f"{n:16s} " + " ".join(cells))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--ranks", type=rank_counts, default=[2],
+                    help="rank count, or several separated by commas (strong "
+                         "scaling: speed-up and efficiency against the first)")
     ap.add_argument("--grid", type=int, nargs=2, default=(3600, 1800), metavar=("NX", "NY"))
     ap.add_argument("--days", type=float, default=0.01,
                     help="model days per run (0.01 days = 43 steps of 19.95 s)")
@@ -99,25 +146,23 @@ def main():
             print(f"skipping {n}: its library (or the exchange) is not installed")
     if not names:
         return 1
-    print(f"shallow water {args.grid[0]} x {args.grid[1]}, {args.days:g} model days, "
-          f"{args.ranks} ranks, {args.repeats} repeats", flush=True)
-    times = {n: [] for n in names}
-    for r in range(args.repeats):
-        for n in names:
-            t, steps = run_once(args, n)
-            times[n].append(t)
-            print(f"  repeat {r + 1}: {n:16s} {t:8.2f} s  ({steps} steps)", flush=True)
-
-    print(f"\n{'configuration':16s} {'median s':>9s} {'min s':>8s} {'max s':>8s} "
-          f"{'ms/step':>8s} {'vs mpi4jax':>10s} {'vs fused':>9s}")
-    ref = statistics.median(times["mpi4jax"]) if "mpi4jax" in times else None
-    fused = statistics.median(times["jaxmpi-fused"]) if "jaxmpi-fused" in times else None
-    for n in names:
-        med = statistics.median(times[n])
-        ratio = f"{med / ref:10.3f}" if ref else f"{'-':>10s}"
-        vs_fused = f"{med / fused:9.3f}" if fused else f"{'-':>9s}"
-        print(f"{n:16s} {med:9.2f} {min(times[n]):8.2f} {max(times[n]):8.2f} "
-              f"{1e3 * med / steps:8.2f} {ratio} {vs_fused}")
+    counts = sorted(set(args.ranks))
+    medians = {}
+    for ranks in counts:
+        print(f"shallow water {args.grid[0]} x {args.grid[1]}, {args.days:g} model days, "
+              f"{ranks} ranks, {args.repeats} repeats", flush=True)
+        times = {n: [] for n in names}
+        for r in range(args.repeats):
+            for n in names:
+                t, steps = run_once(args, n, ranks)
+                times[n].append(t)
+                print(f"  repeat {r + 1}: {n:16s} {t:8.2f} s  ({steps} steps)", flush=True)
+        print()
+        table(names, times, steps)
+        print(flush=True)
+        medians.update({(n, ranks): statistics.median(times[n]) for n in names})
+    if len(counts) > 1:
+        scaling(names, counts, medians)
     return 0
 
 

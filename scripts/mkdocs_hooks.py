@@ -1,7 +1,7 @@
 """MkDocs hooks for jaxmpi's site (mkdocs.yml): pages that live outside docs/.
 
-benchmarks/README.md, benchmarks/RESULTS.md and their CSV files, and
-CHANGELOG.md, are published from where they are in the repository, not
+benchmarks/README.md, benchmarks/RESULTS.md and their CSV files, the
+measurements in benchmarks/16cores, and CHANGELOG.md, are published from where they are in the repository, not
 copied into docs/. Their links, and the links of docs/*.md to them, are
 written as repository paths (so that they work on a code host too); here
 they become site paths. A link to a repository file the site does not
@@ -23,9 +23,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # repository path -> site path, for files outside docs/
 EXTRA = {"CHANGELOG.md": "changelog.md"}
-for _path in sorted(glob.glob(os.path.join(ROOT, "benchmarks", "*"))):
+# (benchmarks/16cores: the outputs of a session on a 16-core machine, as
+# printed; benchmarks/results, a run's scratch output, is not published.)
+for _path in sorted(glob.glob(os.path.join(ROOT, "benchmarks", "*")) +
+                    glob.glob(os.path.join(ROOT, "benchmarks", "16cores", "*"))):
     _rel = os.path.relpath(_path, ROOT).replace(os.sep, "/")
-    if _rel.endswith((".md", ".csv", ".png")):
+    if _rel.endswith((".md", ".csv", ".png", ".txt")):
         EXTRA[_rel] = _rel
 SITE_TO_REPO = {site: repo for repo, site in EXTRA.items()}
 
