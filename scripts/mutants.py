@@ -161,6 +161,14 @@ MUTANTS = [
            'return dict(comm=comm, dest=spec.param("source"),',
            'return dict(comm=comm, dest=MPI.PROC_NULL,',
            "irecv's backward request sends its cotangent nowhere", (NB,)),
+    Mutant("py-ialltoall-vmap-batch-in-front", "src/jaxmpi/_nonblocking.py",
+           '"ialltoall": lambda **_: (1, [1, 1]),',
+           '"ialltoall": lambda **_: (0, [0, 0]),',
+           "vmap of ialltoall splits the batch axis over the ranks", (NB,)),
+    Mutant("py-igather-vmap-result-axis", "src/jaxmpi/_nonblocking.py",
+           '"igather": _rooted_axes([0, 1], [0]),',
+           '"igather": _rooted_axes([0, 0], [0]),',
+           "vmap of igather says the root's result is batched in front", (NB,)),
     # ---- the collectives of issue 12 -----------------------------------------
     Mutant("py-reduce-scatter-max-ties", "src/jaxmpi/_ops.py",
            "        mask = x == _gather_blocks(y, comm, counts)\n"

@@ -333,19 +333,16 @@ ad.primitive_transposes[wait_p] = _wait_transpose
 
 def _start_batcher(prim, name):
     def rule(args, dims, *, rid, **params):
-        if name in _NO_VMAP:
-            raise NotImplementedError(
-                f"jaxmpi.{name}: vmap is not supported yet (use the blocking "
-                f"{name[1:]}, or a loop)")
         n = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
-        args = [_ops._front(a, d) if d is not None
-                else jnp.broadcast_to(a, (n, *a.shape))
+        axis, buf_axes = _BATCH_AXES.get(name, _BATCH_IN_FRONT)(**params)
+        args = [jnp.moveaxis(a, d, axis) if d is not None
+                else jnp.expand_dims(a, axis).repeat(n, axis)
                 for a, d in zip(args, dims)]
         if "recv_avals" in params:
             params["recv_avals"] = tuple(((n, *shape), dtype) for shape, dtype
                                          in params["recv_avals"])
         out = prim.bind(*args, rid=rid, **params)
-        return out, [None] + [0] * (len(out) - 1)
+        return out, [None, *(buf_axes or [0] * (len(out) - 1))]
 
     batching.primitive_batchers[prim] = rule
 
@@ -355,13 +352,16 @@ def _wait_batcher(args, dims, *, spec):
     if dims[0] is not None:
         raise ValueError("jaxmpi.wait: a batch of requests cannot be waited "
                          "as one; start one request for the batch")
+    # The buffers stay where the start put them (each batch axis where its
+    # op needs it): moving one would hand the wait a copy, not the buffer
+    # MPI writes.
     n = next((b.shape[d] for b, d in zip(bufs, dims[1:]) if d is not None),
              None)
-    bufs = [_ops._front(b, d) if d is not None
-            else jnp.broadcast_to(b, (n, *b.shape))
+    bufs = [b if d is not None else jnp.broadcast_to(b, (n, *b.shape))
             for b, d in zip(bufs, dims[1:])]
     out = wait_p.bind(h, *bufs, spec=spec)
-    return out, [0] * len(out)
+    return out, [dims[1 + i] if dims[1 + i] is not None else 0
+                 for i in spec.results]
 
 
 batching.primitive_batchers[wait_p] = _wait_batcher
@@ -657,9 +657,31 @@ def _nx_backward():
 
 _BACKWARD["ineighbor_exchange"] = _nx_backward()
 
-# vmap: the batch axis in front of every buffer suits the elementwise and
-# point-to-point ops; the others split or stack their first axis over ranks.
-_NO_VMAP = ("igather", "iscatter", "iallgather", "ialltoall")
+# vmap, one request for the whole batch: (the operands' batch axis, each
+# buffer's). In front of everything suits the elementwise and point-to-point
+# ops; where an op splits its first axis over ranks the batch goes second
+# (an operand of alltoall, the root's of scatter), and where it stacks the
+# ranks in front of x the result has the batch second, as the blocking ops'
+# batching rules do.
+def _BATCH_IN_FRONT(**params):
+    return 0, None
+
+
+def _rooted_axes(root_axes, other_axes, axis_at_root=0):
+    def axes(*, comm, root, **_):
+        if comm.rank == root:
+            return axis_at_root, root_axes
+        return 0, other_axes
+
+    return axes
+
+
+_BATCH_AXES = {
+    "igather": _rooted_axes([0, 1], [0]),             # [x, y (size, n, ...)]
+    "iscatter": _rooted_axes([1, 0], [0], 1),         # [x (size, n, ...), y]
+    "iallgather": lambda **_: (0, [0, 1]),            # [x, y (size, n, ...)]
+    "ialltoall": lambda **_: (1, [1, 1]),             # [x, y] (size, n, ...)
+}
 
 for _name, _prim in START.items():
     _start_jvp(_prim, _name)
@@ -1303,8 +1325,6 @@ def igather(x, root, *, comm=None, token=None) -> Request:
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
-        NotImplementedError: under ``vmap`` (not supported yet: use the
-            blocking operation, or a loop).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK``, ranks that disagree on the call
@@ -1371,8 +1391,6 @@ def iscatter(x, root, *, comm=None, token=None) -> Request:
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
-        NotImplementedError: under ``vmap`` (not supported yet: use the
-            blocking operation, or a loop).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK``, ranks that disagree on the call
@@ -1438,8 +1456,6 @@ def iallgather(x, *, comm=None, token=None) -> Request:
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
-        NotImplementedError: under ``vmap`` (not supported yet: use the
-            blocking operation, or a loop).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK``, ranks that disagree on the call
@@ -1504,8 +1520,6 @@ def ialltoall(x, *, comm=None, token=None) -> Request:
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
-        NotImplementedError: under ``vmap`` (not supported yet: use the
-            blocking operation, or a loop).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK``, ranks that disagree on the call

@@ -594,7 +594,58 @@ def test_vmap_reduce_scan_exchange_equal_loop():
     check(got, np.asarray(ref))
 
 
-def test_vmap_of_gather_is_refused_clearly():
-    with pytest.raises(NotImplementedError, match=r"jaxmpi.igather: vmap is "
-                       r"not supported yet"):
-        jax.vmap(lambda a: mpx.wait(mpx.igather(a, 0)))(jnp.ones((2, 3)))
+def test_vmap_of_grad_and_jvp_of_gather_family_equal_blocking():
+    xs = jnp.asarray(np.stack([data(RANK, (SIZE, 2), np.float64, seed=s)
+                               for s in range(3)]))
+    w = jnp.arange(SIZE * SIZE * 2.0).reshape(SIZE, SIZE, 2) + RANK
+
+    def loss(nonblocking):
+        def f(a):
+            if nonblocking:
+                g, t = mpx.wait(mpx.iallgather(a)), mpx.wait(mpx.ialltoall(a))
+                r = mpx.wait(mpx.igather(a, SIZE - 1))
+                s = mpx.wait(mpx.iscatter(a if RANK == SIZE - 1 else a[0], SIZE - 1))
+            else:
+                g, t, r = mpx.allgather(a), mpx.alltoall(a), mpx.gather(a, SIZE - 1)
+                s = mpx.scatter(a if RANK == SIZE - 1 else a[0], SIZE - 1)
+            return ((g * w).sum() + (t * w[0]).sum()
+                    + (r * (w if RANK == SIZE - 1 else 1.0)).sum() + (s * w[0, 0]).sum())
+
+        return f
+
+    grads = [jax.jit(jax.vmap(jax.grad(loss(nb))))(xs) for nb in (True, False)]
+    tangents = [jax.jit(jax.vmap(lambda a, t: jax.jvp(loss(nb), (a,), (t,))[1]))(
+        xs, xs * 0.5 + 1) for nb in (True, False)]
+    np.testing.assert_allclose(np.asarray(grads[0]), np.asarray(grads[1]), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(tangents[0]), np.asarray(tangents[1]),
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("in_axis", [0, 1])
+def test_vmap_gather_scatter_allgather_alltoall_equal_loop(in_axis):
+    """The ops that split or stack their first axis over ranks: one request
+    for the batch, each batch axis where the op needs it, every root."""
+    xs = jnp.asarray(np.stack([data(RANK, (SIZE, 2), np.float64, seed=s)
+                               for s in range(3)]))
+
+    def f(a):
+        out = [mpx.wait(mpx.iallgather(a)), mpx.wait(mpx.ialltoall(a))]
+        for root in range(SIZE):
+            out.append(mpx.wait(mpx.igather(a, root)))
+            out.append(mpx.wait(mpx.iscatter(a if RANK == root else a[0],
+                                             root)))
+        return out
+
+    got = jax.jit(jax.vmap(f, in_axes=in_axis))(jnp.moveaxis(xs, 0, in_axis))
+    refs = [jax.jit(f)(xs[i]) for i in range(3)]
+    for k, g in enumerate(got):
+        check(g, np.stack([np.asarray(r[k]) for r in refs]))
+    # Against NumPy too (the blocking-free reference of the loop above).
+    X = [np.stack([data(r, (SIZE, 2), np.float64, seed=s) for s in range(3)])
+         for r in range(SIZE)]  # X[rank][batch]
+    check(got[0], np.stack(X, axis=1))
+    check(got[1], np.stack([X[s][:, RANK] for s in range(SIZE)], axis=1))
+    for root in range(SIZE):
+        check(got[2 + 2 * root],
+              np.stack(X, axis=1) if RANK == root else X[RANK])
+        check(got[3 + 2 * root], X[root][:, RANK])
