@@ -10,6 +10,14 @@ per variant: T, C + M, max(C, M) and the overlap efficiency
 
     mpiexec -n 2 python benchmarks/overlap.py [--ms 60] [--reps 5]
 
+With --peer prompt the peer communicates at once instead, and M is the
+communication's own time (rank 0's blocking op with no computation, the
+peer prompt): the case of a slow link, e.g. across simulated hosts with a
+capped bandwidth:
+
+    scripts/multihost.py run --hosts 2 --tbf 100mbit -- \
+        python benchmarks/overlap.py --peer prompt --elements 65536
+
 Ranks beyond 2 take part in the collective only. Timings on a loaded
 machine are indicative only: say so when you report them.
 
@@ -123,6 +131,9 @@ def main():
     p.add_argument("--dim", type=int, default=192, help="matrix size")
     p.add_argument("--warmup", type=int, default=20,
                    help="untimed calls per program (past the dense checks)")
+    p.add_argument("--peer", choices=("late", "prompt"), default="late",
+                   help="late: the peer computes M before it communicates; "
+                        "prompt: at once, M is the communication's time")
     args = p.parse_args()
     if SIZE < 2:
         raise SystemExit("needs at least 2 ranks")
@@ -134,16 +145,23 @@ def main():
     ASYNC = jaxmpi._core.get().async_wait()
     if RANK == 0:
         print(f"# overlap: {SIZE} ranks, message {args.elements * 8} B, "
-              f"C = M = ~{args.ms:g} ms ({n} products of {args.dim}^2), "
+              f"C = ~{args.ms:g} ms ({n} products of {args.dim}^2), "
+              f"M = {'the peer computing as long' if args.peer == 'late' else 'the communication alone'}, "
               f"async wait {jaxmpi._core.get().async_wait()}, "
               f"checks {jaxmpi._core.get().check_mode} after {args.warmup} "
               f"warm-up calls, "
               f"median of {args.reps}")
         print("kind,variant,T_ms,C_ms,M_ms,C_plus_M_ms,max_ms,efficiency")
+    late = args.peer == "late"
     for kind in ("p2p", "allreduce"):
-        progs = programs(n, n, kind)
+        progs = programs(n, n if late else 0, kind)
+        # "comm": rank 0's blocking op without computation, the peer prompt
+        # (M with --peer prompt).
+        idle = programs(0, 0, kind)
+        progs["comm"] = idle["blocking"]
         results = {}
-        for variant in ("compute", "blocking", "nonblocking", "sync_wait"):
+        variants = ("compute", "blocking", "nonblocking", "sync_wait")
+        for variant in variants if late else ("comm", *variants):
             # sync_wait: the same non-blocking program with the wait
             # blocking inside its handler (JAXMPI_ASYNC_WAIT=0): what the
             # asynchronous FFI handler buys.
@@ -156,16 +174,21 @@ def main():
             if RANK == 0:
                 fn = progs[variant_prog]
             elif RANK == 1 or kind == "allreduce":
-                fn = {"compute": progs["compute"], "blocking": progs["peer"],
+                # A prompt peer does not compute, also while C is measured.
+                fn = {"compute": progs["compute"] if late else idle["compute"],
+                      "blocking": progs["peer"],
+                      "comm": progs["peer"],
                       "nonblocking": progs["peer_nonblocking"]}[variant_prog]
             else:
                 fn = progs["compute"]
             for _ in range(max(1, args.warmup)):  # compile, warm up
                 jax.block_until_ready(fn(x, w))
             results[variant] = timed(fn, (x, w), args.reps)
-        # M: the late peer's compute time (its programs run n products).
+        # M: the late peer's compute time (its programs run n products), or
+        # the communication's own.
         c = results["compute"]
-        m = WORLD.bcast(results["compute"] if RANK == 1 else None, root=1)
+        m = (WORLD.bcast(results["compute"] if RANK == 1 else None, root=1)
+             if late else results["comm"])
         if RANK == 0:
             for variant in ("blocking", "nonblocking", "sync_wait"):
                 t = results[variant]

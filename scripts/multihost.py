@@ -21,7 +21,7 @@ next run removes them before it starts (or `multihost.py cleanup`).
 Needs root (ip netns, unshare). Command line:
 
     multihost.py run --hosts 2 --ranks-per-host 2 [--mpi mpich|openmpi]
-                     [--python VENV/bin/python] [--timeout S] -- CMD...
+                     [--python VENV/bin/python] [--timeout S] [--tbf RATE] -- CMD...
         bring the hosts up, launch CMD on hosts x ranks-per-host ranks
         (CMD's first word `python` means the venv's python), print the
         launcher's output and each host's eth0 byte counts, tear down
@@ -540,6 +540,9 @@ def _main(argv=None) -> int:
     r.add_argument("--timeout", type=float, default=600)
     r.add_argument("--env", action="append", default=[], metavar="K=V",
                    help="environment for the ranks (repeatable)")
+    r.add_argument("--tbf", default=None, metavar="RATE",
+                   help="cap every host's egress to RATE (tc tbf, e.g. 100mbit; "
+                        "burst 64kb, latency 50ms)")
     r.add_argument("command", nargs=argparse.REMAINDER)
     sub.add_parser("cleanup", help="remove namespaces of runs that are gone")
     a = ap.parse_args(argv)
@@ -564,6 +567,11 @@ def _main(argv=None) -> int:
             return 2
     env = dict(kv.split("=", 1) for kv in a.env)
     with Cluster(a.hosts) as c:
+        if a.tbf:
+            for h in c.hosts:
+                subprocess.run(["ip", "netns", "exec", h.ns, "tc", "qdisc", "add", "dev",
+                                "eth0", "root", "tbf", "rate", a.tbf, "burst", "64kb",
+                                "latency", "50ms"], check=True)
         res = c.launch(cmd, mpi, ranks_per_host=a.ranks_per_host, env=env, timeout=a.timeout,
                        cwd=os.getcwd())
         sys.stdout.write(res.stdout)

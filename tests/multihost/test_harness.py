@@ -171,6 +171,21 @@ def test_teardown_on_timeout():
                     int(multihost.NAME_RE.match(ns).group(1)))]
 
 
+def test_run_caps_every_hosts_egress():
+    # `run --tbf`: each rank (one per host) sees a token bucket at the rate
+    # asked on its host's eth0, the hosts of another run none.
+    show = ["tc", "qdisc", "show", "dev", "eth0"]
+    capped = subprocess.run([sys.executable, SCRIPT, "run", "--hosts", "2", "--tbf", "10mbit",
+                             "--", *show], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    plain = subprocess.run([sys.executable, SCRIPT, "run", "--hosts", "2", "--", *show],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert capped.returncode == 0 and plain.returncode == 0, (capped, plain)
+    assert capped.stdout.count("qdisc tbf") == 2, capped.stdout
+    assert "rate 10Mbit" in capped.stdout, capped.stdout
+    assert "tbf" not in plain.stdout, plain.stdout
+
+
 def test_a_run_killed_outright_is_swept_by_the_next():
     p = start_run()
     p.kill()  # SIGKILL: no teardown at all
