@@ -443,6 +443,12 @@ exec env -i {env} ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; eval "
     def pids(self, index: int) -> list[int]:
         return _netns_pids(self.host(index).ns)
 
+    def cap_egress(self, index: int, rate: str) -> None:
+        """A slow link: host `index`'s sending capped to `rate` (tc's
+        token bucket, e.g. "100mbit"; 64 kB burst, 50 ms of queue)."""
+        _sh("ip", "netns", "exec", self.host(index).ns, "tc", "qdisc", "add", "dev", "eth0",
+            "root", "tbf", "rate", rate, "burst", "64kb", "latency", "50ms")
+
     def kill_host(self, index: int) -> int:
         """A host dies: every process in it is SIGKILLed, its link goes down."""
         n = _kill_netns_processes(self.host(index).ns)
@@ -569,9 +575,7 @@ def _main(argv=None) -> int:
     with Cluster(a.hosts) as c:
         if a.tbf:
             for h in c.hosts:
-                subprocess.run(["ip", "netns", "exec", h.ns, "tc", "qdisc", "add", "dev",
-                                "eth0", "root", "tbf", "rate", a.tbf, "burst", "64kb",
-                                "latency", "50ms"], check=True)
+                c.cap_egress(h.index, a.tbf)
         res = c.launch(cmd, mpi, ranks_per_host=a.ranks_per_host, env=env, timeout=a.timeout,
                        cwd=os.getcwd())
         sys.stdout.write(res.stdout)

@@ -125,9 +125,7 @@ def test_slow_link(cluster, mpi, tmp_path):
     ok, done = finished_ok(base)
     assert ok, base
     fast = base.seconds / max(int(d[2]) for d in done)
-    subprocess.run(["ip", "netns", "exec", c.host(2).ns, "tc", "qdisc", "add", "dev", "eth0",
-                    "root", "tbf", "rate", "100mbit", "burst", "64kb", "latency", "50ms"],
-                   check=True)
+    c.cap_egress(2, "100mbit")
     res = start_job(c, mpi, tmp_path / "b", seconds=3, count=count).wait(BOUND + 60)
     ok, done = finished_ok(res)
     assert ok, res
