@@ -30,6 +30,7 @@ from ._core import MPIConfigurationError
 from ._version import __version__
 
 _core.check_thread_level()
+_core.check_launch(_MPI.COMM_WORLD.Get_size())
 # The C core's table of handlers must be the primitives'; registers them.
 _core.get().register_handlers(_ops.PRIMITIVES, _nonblocking.START)
 

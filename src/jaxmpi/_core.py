@@ -487,6 +487,43 @@ def check_thread_level() -> None:
         )
 
 
+# What each launcher tells the processes it starts about how many it
+# started, and what makes its MPI see them. A process whose MPI came up
+# alone (COMM_WORLD of 1 rank) while its launcher started several never
+# reached the launcher's process manager: every rank is then a job of its
+# own, runs to the end and a collective returns its own data, silently.
+# Seen under Slurm: `srun -n 2` without --mpi (MpiDefault=none) printed
+# "rank 0 of 1" twice with the PyPI mpich wheel, rc 0 (docs/cluster.md).
+_LAUNCHERS = (
+    ("SLURM_STEP_NUM_TASKS", "srun",
+     "srun needs Slurm's PMI plugin: srun --mpi=pmi2 (MPICH, Intel MPI) or "
+     "--mpi=pmix (Open MPI), or MpiDefault in slurm.conf"),
+    ("OMPI_COMM_WORLD_SIZE", "Open MPI's mpirun",
+     "launch with the mpiexec of the MPI that mpi4py uses"),
+    ("PMI_SIZE", "a PMI launcher (hydra's mpiexec or srun --mpi=pmi2)",
+     "launch with the mpiexec of the MPI that mpi4py uses"),
+)
+
+
+def check_launch(size: int, env=os.environ) -> None:
+    """A singleton whose launcher started several processes is an error
+    (JAXMPI_SINGLETON=1: this process is meant to run alone)."""
+    if size != 1 or _env_flag("JAXMPI_SINGLETON"):
+        return
+    for var, who, fix in _LAUNCHERS:
+        try:
+            n = int(env.get(var, ""))
+        except ValueError:
+            continue
+        if n > 1 and (var != "SLURM_STEP_NUM_TASKS" or "SLURM_PROCID" in env):
+            raise MPIConfigurationError(
+                f"{who} started {n} processes ({var}={n}) but MPI_COMM_WORLD "
+                f"here has 1 rank: each process is an MPI job of its own, and "
+                f"collectives would return its own data. {fix[0].upper()}{fix[1:]} "
+                f"(MPI: {' '.join(MPI.Get_library_version().split()[:3])}). "
+                "Set JAXMPI_SINGLETON=1 if this process is meant to run alone.")
+
+
 _core: Core | None = None
 
 

@@ -232,3 +232,35 @@ def test_data_parallel_example_runs(mpirun):
     assert diff and float(diff.group(1)) < 1e-5, job
     losses = [float(v) for v in re.findall(r"loss (\S+)", job.stdout)]
     assert len(losses) == 3 and losses[-1] < losses[0], job
+
+
+@pytest.mark.parametrize("env,who", [
+    ({"SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "2"}, "srun started 4 processes"),
+    ({"OMPI_COMM_WORLD_SIZE": "2"}, "Open MPI's mpirun started 2 processes"),
+    ({"PMI_SIZE": "3"}, "started 3 processes (PMI_SIZE=3)"),
+])
+def test_a_singleton_whose_launcher_started_several_is_an_error(env, who):
+    """Each process of a job whose MPI did not reach the launcher runs alone
+    (srun without --mpi, another MPI's mpirun): jaxmpi's import says so
+    instead of letting every collective return the rank's own data. Here
+    the launcher's variables are set on a process started alone; the real
+    case (srun without --mpi) is in tests/multihost/test_slurm.py."""
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("PMI_", "PMIX_", "OMPI_", "SLURM_", "JAXMPI_SINGLETON"))}
+    base.update(san_env(), JAX_PLATFORMS="cpu")
+    code = "import jaxmpi; print('imported')"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**base, **env})
+    assert proc.returncode != 0 and "imported" not in proc.stdout, proc
+    err = proc.stderr
+    assert "MPIConfigurationError" in err and who in err, err
+    assert "MPI_COMM_WORLD here has 1 rank" in err and "JAXMPI_SINGLETON=1" in err, err
+    if "SLURM_STEP_NUM_TASKS" in env:
+        assert "srun --mpi=pmi2" in err, err
+    # Meant to run alone: allowed; and a count of 1, or srun's count outside
+    # a task (a batch script's own process), is no launch of several.
+    for ok in ({**env, "JAXMPI_SINGLETON": "1"}, {k: "1" for k in env},
+               {"SLURM_STEP_NUM_TASKS": "4"}):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, env={**base, **ok})
+        assert proc.returncode == 0 and "imported" in proc.stdout, (ok, proc)
