@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # CI configuration "multihost": tests/multihost (simulated hosts in network
 # namespaces, scripts/multihost.py) with both MPIs: the PyPI mpich wheel and
-# Debian's Open MPI. Needs root (ip netns, unshare, apt-get).
+# Debian's Open MPI, launched by their own launchers and by Slurm (srun,
+# sbatch; Debian's packages). Needs root (ip netns, unshare, apt-get).
 #   scripts/ci_multihost.sh WORKDIR
 # JAXMPI_MULTIHOST_LAYOUTS picks the suite layouts (default here 2x2: two
 # hosts of two ranks, shared memory within a host and TCP between them).
@@ -15,9 +16,14 @@ fi
 missing=()
 command -v iptables >/dev/null || missing+=(iptables)
 command -v ip >/dev/null || missing+=(iproute2)
+# Slurm (tests/multihost/test_slurm.py): controller, node daemon, clients,
+# munge and the PMI plugins (mpi_pmi2, mpi_pmix); about 10 s to install.
+for p in slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # Both environments must exist: a missing one would only skip its MPI.
 JAXMPI_MPI=mpich JAXMPI_VENV="$work/venv-multihost" ./run setup
@@ -35,7 +41,7 @@ timeout -k 10 2400 "$work/venv-multihost/bin/python" -m pytest -q -rs tests/mult
 rc=${PIPESTATUS[0]}
 set -e
 # A skip for a missing environment or for lack of root would hide an MPI.
-if grep -E "^SKIPPED.*(venv|root|namespaces)" "$out"; then
-  echo "FAILED: an MPI or the namespaces were skipped (above)"; exit 1
+if grep -E "^SKIPPED.*(venv|root|namespaces|Slurm)" "$out"; then
+  echo "FAILED: an MPI, the namespaces or Slurm were skipped (above)"; exit 1
 fi
 exit "$rc"

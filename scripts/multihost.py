@@ -21,10 +21,12 @@ next run removes them before it starts (or `multihost.py cleanup`).
 Needs root (ip netns, unshare). Command line:
 
     multihost.py run --hosts 2 --ranks-per-host 2 [--mpi mpich|openmpi]
-                     [--python VENV/bin/python] [--timeout S] [--tbf RATE] -- CMD...
+                     [--python VENV/bin/python] [--timeout S] [--tbf RATE]
+                     [--via mpiexec|srun|sbatch] -- CMD...
         bring the hosts up, launch CMD on hosts x ranks-per-host ranks
         (CMD's first word `python` means the venv's python), print the
-        launcher's output and each host's eth0 byte counts, tear down
+        launcher's output and each host's eth0 byte counts, tear down;
+        --via srun/sbatch starts Slurm on the hosts first (class Slurm)
     multihost.py cleanup
         remove namespaces left by runs that are gone
 
@@ -121,12 +123,12 @@ def _netns_pids(ns: str) -> list[int]:
     return [int(p) for p in r.stdout.split() if p.isdigit()]
 
 
-def _kill_netns_processes(ns: str, rounds: int = 20) -> int:
-    """SIGKILL every process in namespace ns until none is left (processes
-    may fork while we kill). Returns how many were killed."""
+def _kill_netns_processes(ns: str, rounds: int = 20, keep=frozenset()) -> int:
+    """SIGKILL every process in namespace ns but those in keep until none is
+    left (processes may fork while we kill). Returns how many were killed."""
     killed = 0
     for _ in range(rounds):
-        pids = [p for p in _netns_pids(ns) if p != os.getpid()]
+        pids = [p for p in _netns_pids(ns) if p != os.getpid() and p not in keep]
         if not pids:
             return killed
         for p in pids:
@@ -134,7 +136,7 @@ def _kill_netns_processes(ns: str, rounds: int = 20) -> int:
                 os.kill(p, signal.SIGKILL)
                 killed += 1
         time.sleep(0.05)
-    left = _netns_pids(ns)
+    left = [p for p in _netns_pids(ns) if p not in keep]
     if left:
         raise HarnessError(f"processes {left} in namespace {ns} survive SIGKILL")
     return killed
@@ -244,8 +246,9 @@ class Result:
 class Launch:
     """A launcher started by Cluster.start."""
 
-    def __init__(self, cluster, proc, argv, before, t0):
+    def __init__(self, cluster, proc, argv, before, t0, output=None):
         self.cluster, self.proc, self.argv, self.before, self.t0 = cluster, proc, argv, before, t0
+        self.output = output  # a batch job's output file (sbatch -o)
 
     def wait(self, timeout: float = 600) -> Result:
         """Wait for the launcher to end (at most timeout seconds, then stop
@@ -263,12 +266,17 @@ class Launch:
             raise
         seconds = time.monotonic() - self.t0
         ended = time.monotonic()
+        if self.output and os.path.exists(self.output):
+            with open(self.output, errors="replace") as f:
+                out += f.read()
         after = c.counters()
         # Nothing of this launch may outlive it (a rank left in a host would
-        # poll a core and hold its ports for the next launch).
-        left = {h.index: _netns_pids(h.ns) for h in c.hosts}
+        # poll a core and hold its ports for the next launch); the hosts'
+        # daemons (Slurm's) stay.
+        left = {h.index: [p for p in _netns_pids(h.ns) if p not in c.daemons]
+                for h in c.hosts}
         for h in c.hosts:
-            _kill_netns_processes(h.ns)
+            _kill_netns_processes(h.ns, keep=c.daemons)
         res = Result(proc.returncode, out, err, seconds, timed_out, self.argv, self.before, after)
         res.ended = ended
         res.left_behind = {i: p for i, p in left.items() if p}
@@ -291,6 +299,8 @@ class Cluster:
         self.rsh = os.path.join(self.workdir, "rsh")
         self._old_handlers = {}
         self._up = False
+        self.daemons = set()  # pids of the hosts' daemons, kept between launches
+        self.slurm = None  # a started Slurm (Cluster.start_slurm)
 
     # ------------------------------------------------------------ life ---
     def __enter__(self):
@@ -455,6 +465,13 @@ exec env -i {env} ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; eval "
         _sh("ip", "-n", self.host(index).ns, "link", "set", "eth0", "down")
         return n
 
+    def start_slurm(self, timeout: float = 60.0) -> Slurm:
+        """Slurm on these hosts (Slurm.up); launches may then go via
+        "srun" or "sbatch"."""
+        if self.slurm is None:
+            self.slurm = Slurm(self).up(timeout)
+        return self.slurm
+
     def hostlist(self, ranks_per_host: int) -> str:
         return ",".join(f"{h.name}:{ranks_per_host}" for h in self.hosts)
 
@@ -484,16 +501,20 @@ exec env -i {env} ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; eval "
 
     def launch(self, argv: list[str], mpi: Mpi, ranks_per_host: int = 1,
                env: dict | None = None, timeout: float = 600, cwd: str | None = None,
-               nranks: int | None = None) -> Result:
+               nranks: int | None = None, via: str = "mpiexec") -> Result:
         """Run argv on the hosts (ranks_per_host each; nranks defaults to
         all) with the launcher started in host 1. A first word "python" is
-        the MPI's venv interpreter. Returns the launcher's outcome and the
-        eth0 byte counts of every host before and after."""
-        return self.start(argv, mpi, ranks_per_host, env, cwd, nranks).wait(timeout)
+        the MPI's venv interpreter. via: "mpiexec" (the MPI's launcher over
+        the remote shell), "srun" (Slurm starts the ranks; its PMI wires
+        them up) or "sbatch" (a batch job that runs the MPI's launcher in
+        its allocation); the last two need start_slurm(). Returns the
+        launcher's outcome and the eth0 byte counts of every host before
+        and after."""
+        return self.start(argv, mpi, ranks_per_host, env, cwd, nranks, via).wait(timeout)
 
     def start(self, argv: list[str], mpi: Mpi, ranks_per_host: int = 1,
               env: dict | None = None, cwd: str | None = None,
-              nranks: int | None = None) -> Launch:
+              nranks: int | None = None, via: str = "mpiexec") -> Launch:
         """launch() without waiting: returns a Launch, whose wait() gives
         the Result (for faults injected while the job runs)."""
         if ranks_per_host < 1:
@@ -504,22 +525,43 @@ exec env -i {env} ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; eval "
         if mpi.kind == "mpich":
             rank_env.update(mpich_network_env(rank_env.get("MPIR_CVAR_CH4_NETMOD", "ofi")),
                             **rank_env)
-        full = self.in_host(1, [*self.launch_argv(mpi, nranks, ranks_per_host, rank_env), *argv])
+        output = None
+        if via == "mpiexec":
+            full = self.in_host(1, [*self.launch_argv(mpi, nranks, ranks_per_host, rank_env),
+                                    *argv])
+        elif via in ("srun", "sbatch"):
+            if self.slurm is None:
+                raise HarnessError(f"launching via {via} needs Slurm: call start_slurm() first")
+            rank_env.update(self.slurm.rank_env(mpi))
+            if via == "srun":
+                full = self.in_host(1, [*self.slurm.srun_argv(mpi, nranks, ranks_per_host),
+                                        *argv])
+            else:
+                output = os.path.join(self.slurm.dir, f"job-{secrets.token_hex(4)}.out")
+                inner = self.slurm.allocation_launcher(mpi, nranks, rank_env)
+                full = self.in_host(1, self.slurm.sbatch_argv(
+                    nranks, ranks_per_host, output, cwd, [*inner, *argv]))
+        else:
+            raise ValueError(f"via must be 'mpiexec', 'srun' or 'sbatch', got {via!r}")
         # The launcher's own environment: ours without the MPI state of an
         # enclosing job, plus what the ranks get.
         penv = {k: v for k, v in os.environ.items()
                 if not k.startswith(("PMI_", "PMIX_", "OMPI_COMM", "HYDRA_"))}
         penv.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         penv.update(rank_env)
+        if self.slurm is not None:
+            penv.update(self.slurm.env())
         before = self.counters()
         proc = subprocess.Popen(full, cwd=cwd, env=penv, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
-        return Launch(self, proc, full, before, time.monotonic())
+        return Launch(self, proc, full, before, time.monotonic(), output)
 
     def _stop(self, proc):
         """End a launch: SIGTERM to its process group (the launcher then
         ends its ranks), SIGKILL after 5 s, then whatever is left in the
         namespaces."""
+        if self.slurm is not None:
+            self.slurm.cancel_all()  # a batch job does not end with sbatch
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)
         try:
@@ -531,6 +573,218 @@ exec env -i {env} ip netns exec "$ns" unshare --uts sh -c 'hostname "$0"; eval "
                 _kill_netns_processes(h.ns)
             out, err = proc.communicate()
         return out, err
+
+
+
+# ------------------------------------------------------------------ Slurm ---
+SLURM_PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge", "slurm-wlm-basic-plugins")
+
+
+def slurm_missing() -> str | None:
+    """None if Slurm's daemons and clients are installed, else what is
+    missing (Debian's packages: SLURM_PACKAGES)."""
+    need = ("slurmctld", "slurmd", "srun", "sbatch", "sinfo", "munged")
+    gone = [t for t in need if shutil.which(t) is None and
+            not os.access(os.path.join("/usr/sbin", t), os.X_OK)]
+    if gone:
+        return (f"Slurm is not installed (missing {', '.join(gone)}): "
+                f"apt-get install {' '.join(SLURM_PACKAGES)}")
+    return None
+
+
+def _tool(name: str) -> str:
+    return shutil.which(name) or os.path.join("/usr/sbin", name)
+
+
+class Slurm:
+    """A Slurm cluster on the simulated hosts: slurmctld in host 1, one
+    slurmd per host (each under the host's own hostname, so it is that
+    node), and a munged of its own for authentication, everything in the
+    cluster's work directory (its own slurm.conf through SLURM_CONF, its
+    own munge key and socket: /etc is not touched and two runs do not
+    meet). The daemons are processes of the hosts' namespaces, so the
+    cluster's teardown ends them with everything else.
+
+        with Cluster(2) as c:
+            s = Slurm(c).up()
+            r = c.launch(argv, mpi, ranks_per_host=2, via="srun")
+
+    Ranks are started by slurmstepd (srun) or by the MPI's own launcher
+    inside an allocation (sbatch): the MPI takes its ranks from Slurm's PMI
+    (PMI-2 for MPICH, PMIx for Open MPI) or its launcher's bootstrap."""
+
+    CPUS = 4  # per node, above the cores: up to 4 ranks per simulated host
+
+    def __init__(self, cluster: Cluster):
+        self.cluster = cluster
+        self.dir = os.path.join(cluster.workdir, "slurm")
+        self.conf = os.path.join(self.dir, "slurm.conf")
+        self.socket = os.path.join(self.dir, "munge.socket")
+
+    def env(self) -> dict:
+        """What Slurm's commands need: this cluster's configuration."""
+        return {"SLURM_CONF": self.conf}
+
+    def _write(self):
+        d, hosts = self.dir, self.cluster.hosts
+        os.makedirs(os.path.join(d, "state"), exist_ok=True)
+        for h in hosts:
+            for sub in ("spool", "tmp"):
+                os.makedirs(os.path.join(d, f"{sub}-{h.name}"), exist_ok=True)
+        key = os.path.join(d, "munge.key")
+        with open(key, "wb") as f:
+            f.write(secrets.token_bytes(1024))
+        os.chmod(key, 0o400)
+        first = hosts[0]
+        # Job ids of their own: MPICH names its shared-memory segment after
+        # the job (/dev/shm/mpich_shm_<hash of the PMI job id>_<node>); a
+        # job killed before MPI_Finalize leaves it behind, and another job
+        # with the same id (every fresh cluster starts at 1) then fails in
+        # MPI_Init ("MPIDI_POSIX_comm_bootstrap: Out of memory").
+        first_job = 1000 + secrets.randbelow(1 << 25)
+        nodes = "".join(f"NodeName={h.name} NodeAddr={h.addr} CPUs={self.CPUS} "
+                        f"State=UNKNOWN\n" for h in hosts)
+        # slurm.conf expands no variables: every path written out.
+        text = f"""# Slurm on the simulated hosts of run {self.cluster.tag} (scripts/multihost.py)
+ClusterName=jmh
+FirstJobId={first_job}
+SlurmctldHost={first.name}({first.addr})
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={self.socket}
+CryptoType=crypto/munge
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool-%n
+TmpFS={d}/tmp-%n
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd-%n.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=none
+ReturnToService=2
+SlurmdTimeout=30
+InactiveLimit=0
+KillWait=5
+{nodes}PartitionName=jmh Nodes=ALL Default=YES MaxTime=60 State=UP
+"""
+        with open(self.conf, "w") as f:
+            f.write(text)
+        # A hybrid cgroup v1 layout (a tmpfs on /sys/fs/cgroup) defeats
+        # slurmd's autodetection even with proctrack/linuxproc.
+        with open(os.path.join(d, "cgroup.conf"), "w") as f:
+            f.write("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n")
+        return key
+
+    def _daemon(self, index: int, argv: list[str], log: str):
+        # (ip netns exec, unshare and sh exec in turn: the pid is the daemon's)
+        with open(os.path.join(self.dir, log), "ab") as out:
+            p = subprocess.Popen(self.cluster.in_host(index, argv), stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env={**os.environ, **self.env()}, start_new_session=True)
+        self.cluster.daemons.add(p.pid)
+
+    # How each MPI meets Slurm: srun's PMI plugin (MPICH speaks PMI-1/2,
+    # Open MPI 4 PMIx) and, inside an allocation, the MPI's launcher
+    # (hydra's slurm bootstrap, Open MPI's plm/slurm) over TCP on eth0.
+    PMI = {"mpich": "pmi2", "openmpi": "pmix"}
+
+    def rank_env(self, mpi: Mpi) -> dict:
+        """What the ranks need beyond the harness's environment: Open MPI's
+        transports (srun's ranks read no mpirun options)."""
+        if mpi.kind == "openmpi":
+            return {"OMPI_MCA_btl": "self,vader,tcp", "OMPI_MCA_btl_tcp_if_include": "eth0",
+                    "OMPI_MCA_oob_tcp_if_include": "eth0", "OMPI_MCA_mpi_yield_when_idle": "1"}
+        return {}
+
+    def srun_argv(self, mpi: Mpi, nranks: int, ranks_per_host: int) -> list[str]:
+        """srun for nranks ranks in blocks of ranks_per_host per node; -K1:
+        a rank that fails ends the step (without it a killed rank leaves the
+        others waiting)."""
+        nodes = -(-nranks // ranks_per_host)
+        return [_tool("srun"), "-N", str(nodes), "-n", str(nranks),
+                f"--ntasks-per-node={ranks_per_host}", "--distribution=block",
+                f"--mpi={self.PMI[mpi.kind]}", "-K1", "--export=ALL", "-t", "30"]
+
+    def allocation_launcher(self, mpi: Mpi, nranks: int, env: dict) -> list[str]:
+        """The MPI's own launcher inside a Slurm allocation (it finds the
+        nodes and starts its daemons with srun by itself)."""
+        if mpi.kind == "mpich":
+            argv = [mpi.launcher, "-n", str(nranks), "-iface", "eth0"]
+            for k, v in env.items():
+                argv += ["-genv", k, v]
+            return argv
+        return [mpi.launcher, "-np", str(nranks), "--bind-to", "none",
+                "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", "eth0",
+                "--mca", "oob_tcp_if_include", "eth0", "--mca", "mpi_yield_when_idle", "1",
+                *[a for k, v in env.items() for a in ("-x", f"{k}={v}")]]
+
+    def sbatch_argv(self, nranks: int, ranks_per_host: int, output: str, cwd: str | None,
+                    command: list[str]) -> list[str]:
+        """sbatch that waits for its job (-W: its exit status is the job's)
+        and writes the job's output to `output`."""
+        nodes = -(-nranks // ranks_per_host)
+        return [_tool("sbatch"), "-W", "-N", str(nodes), f"--ntasks-per-node={ranks_per_host}",
+                "-o", output, "--export=ALL", "-t", "30", "-J", "jaxmpi",
+                *([f"--chdir={cwd}"] if cwd else []), "--wrap", shlex.join(command)]
+
+    def cancel_all(self):
+        _sh(*self.cluster.in_host(1, [_tool("scancel"), "--user=root"]), check=False,
+            env={**os.environ, **self.env()})
+
+    def up(self, timeout: float = 60.0) -> Slurm:
+        """Start munged, slurmctld and the slurmds; return when every node
+        is idle (HarnessError with the daemons' logs otherwise)."""
+        reason = slurm_missing()
+        if reason:
+            raise HarnessError(reason)
+        key = self._write()
+        d = self.dir
+        # munged checks that nobody else can write its files' directories
+        # (the work directory's parents include /tmp: --force).
+        self._daemon(1, [_tool("munged"), "--foreground", "--force", f"--socket={self.socket}",
+                         f"--key-file={key}", f"--pid-file={d}/munged.pid",
+                         f"--log-file={d}/munged.log", f"--seed-file={d}/munged.seed"],
+                     "munged.out")
+        self._wait(lambda: os.path.exists(self.socket), 10, "munged's socket")
+        self._daemon(1, [_tool("slurmctld"), "-D", "-i"], "slurmctld.out")
+        for h in self.cluster.hosts:
+            self._daemon(h.index, [_tool("slurmd"), "-D"], f"slurmd-{h.name}.out")
+        want = {h.name for h in self.cluster.hosts}
+        self._wait(lambda: self.idle() == want, timeout, "every node idle")
+        return self
+
+    def idle(self) -> set:
+        """The nodes sinfo reports idle."""
+        r = _sh(*self.cluster.in_host(1, [_tool("sinfo"), "-h", "-N", "-o", "%N %t"]),
+                check=False, env={**os.environ, **self.env()})
+        return {w[0] for w in (line.split() for line in r.stdout.splitlines())
+                if len(w) == 2 and w[1] == "idle"}
+
+    def _wait(self, ready, timeout, what):
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if time.monotonic() > deadline:
+                raise HarnessError(f"Slurm: no {what} after {timeout:.0f} s\n" + self.logs())
+            time.sleep(0.2)
+
+    def logs(self, tail: int = 30) -> str:
+        """The last lines of every daemon's log (for failure messages)."""
+        out = []
+        for name in sorted(os.listdir(self.dir)):
+            if name.endswith((".log", ".out")):
+                with open(os.path.join(self.dir, name), errors="replace") as f:
+                    lines = f.read().splitlines()[-tail:]
+                out.append(f"--- {name}\n" + "\n".join(lines))
+        return "\n".join(out)
 
 
 def _main(argv=None) -> int:
@@ -549,6 +803,10 @@ def _main(argv=None) -> int:
     r.add_argument("--tbf", default=None, metavar="RATE",
                    help="cap every host's egress to RATE (tc tbf, e.g. 100mbit; "
                         "burst 64kb, latency 50ms)")
+    r.add_argument("--via", choices=("mpiexec", "srun", "sbatch"), default="mpiexec",
+                   help="the MPI's launcher (default), or Slurm (started on the hosts): "
+                        "srun (its PMI starts the ranks) or sbatch (a batch job running "
+                        "the MPI's launcher in its allocation)")
     r.add_argument("command", nargs=argparse.REMAINDER)
     sub.add_parser("cleanup", help="remove namespaces of runs that are gone")
     a = ap.parse_args(argv)
@@ -576,8 +834,10 @@ def _main(argv=None) -> int:
         if a.tbf:
             for h in c.hosts:
                 c.cap_egress(h.index, a.tbf)
+        if a.via != "mpiexec":
+            c.start_slurm()
         res = c.launch(cmd, mpi, ranks_per_host=a.ranks_per_host, env=env, timeout=a.timeout,
-                       cwd=os.getcwd())
+                       cwd=os.getcwd(), via=a.via)
         sys.stdout.write(res.stdout)
         sys.stderr.write(res.stderr)
         for h in c.hosts:

@@ -101,11 +101,11 @@ GRID = ("96", "48")
 DAYS = "0.05"  # 216 time steps
 
 
-def shallow_water(c, mpi, per_host, out, env):
+def shallow_water(c, mpi, per_host, out, env, via="mpiexec"):
     res = c.launch(["python", "examples/shallow_water.py", "--grid", *GRID, "--days", DAYS,
                     "--out", out], mpi, ranks_per_host=per_host, env=env, timeout=600,
                    cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-                       os.path.abspath(__file__)))))
+                       os.path.abspath(__file__)))), via=via)
     assert res.returncode == 0 and not res.timed_out, res
     with np.load(out) as f:
         return res, {k: f[k] for k in f.files}

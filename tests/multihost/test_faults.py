@@ -32,7 +32,7 @@ WAIT_READY = 180  # s for both ranks to start and compile (a loaded machine)
 BOUND = 60  # s from the fault to the end of the job
 
 
-def start_job(c, mpi, tmp_path, seconds, count=8, env=None):
+def start_job(c, mpi, tmp_path, seconds, count=8, env=None, via="mpiexec"):
     ready = tmp_path / "ready"
     ready.mkdir(parents=True)
     full_env = dict(RANK_ENV)
@@ -40,7 +40,7 @@ def start_job(c, mpi, tmp_path, seconds, count=8, env=None):
     job = c.start(["python", "tests/multihost/fault_job.py", str(count), str(seconds),
                    str(ready)], mpi, ranks_per_host=1, env=full_env,
                   cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-                      os.path.abspath(__file__)))))
+                      os.path.abspath(__file__)))), via=via)
     deadline = time.monotonic() + WAIT_READY
     while len(os.listdir(ready)) < 2:
         if job.proc.poll() is not None or time.monotonic() > deadline:
