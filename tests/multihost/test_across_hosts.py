@@ -29,8 +29,12 @@ import numpy as np
 import pytest
 from hostsetup import RANK_ENV
 
-# Launched across hosts: the op and autodiff suites of tests/mpi.
-SUITE = ["tests/mpi/test_collectives.py", "tests/mpi/test_p2p.py", "tests/mpi/test_autodiff.py"]
+# Launched across hosts: the op and autodiff suites of tests/mpi, and the
+# newer operations (variable counts, reduce_scatter and exscan, halo
+# exchange on Cartesian communicators, pytrees: 10 s more at 2 ranks).
+SUITE = ["tests/mpi/test_collectives.py", "tests/mpi/test_p2p.py", "tests/mpi/test_autodiff.py",
+         "tests/mpi/test_vcollectives.py", "tests/mpi/test_reduce_scatter_exscan.py",
+         "tests/mpi/test_halo.py", "tests/mpi/test_pytree.py"]
 SUITE_FLOOR = 1 << 20  # bytes each way on every host's eth0
 PYTEST = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--color=no",
           "--timeout-method=thread", "--timeout=300"]
