@@ -163,34 +163,46 @@ static void scratch_give(jm_scratch *s) {
   scratch_free(atomic_exchange(&scratch_cache, s));
 }
 
+/* The blocks of y an exchange in place swaps: block j, count(j) elements
+ * from element displ(j), goes to rank j, and rank j's block for this rank,
+ * as many elements, comes back into its place. alltoall: equal blocks
+ * (count and displ NULL, `block` elements at j * block). */
+typedef struct jm_blocks {
+  const int64_t *count, *displ;
+  int64_t block;
+} jm_blocks;
+
+/* Pair by pair (see above); a pair whose block is empty both ways (the
+ * counts of a pair are one number on both sides) exchanges nothing. */
 static XLA_FFI_Error *swap_blocks(jm_call *c, jm_Comm comm, jm_buffer *y,
-                                  int64_t block, void *scratch) {
-  const size_t bytes = (size_t)block * y->elsize;
+                                  const jm_blocks *b, void *scratch) {
   for (int k = 0; k < c->size; k++) {
     const int peer = ((k - c->rank) % c->size + c->size) % c->size;
-    if (peer == c->rank) continue;
-    char *mine = (char *)y->data + (size_t)peer * bytes;
+    const int64_t n = b->count ? b->count[peer] : b->block;
+    if (peer == c->rank || n == 0) continue;
+    const int64_t at = b->displ ? b->displ[peer] : (int64_t)peer * b->block;
+    char *mine = (char *)y->data + (size_t)at * y->elsize;
     jm_Status st;
-    memcpy(scratch, mine, bytes);
-    JM_MPI(c, "MPI_Sendrecv (alltoall in place)", "peer", peer, block,
-           y->dtype,
-           jm_Sendrecv(scratch, block, y->elsize, y->mpi, peer, 0, mine,
-                       block, y->elsize, y->mpi, peer, 0, comm, &st));
+    memcpy(scratch, mine, (size_t)n * y->elsize);
+    JM_MPI(c, "MPI_Sendrecv (exchange in place)", "peer", peer, n, y->dtype,
+           jm_Sendrecv(scratch, n, y->elsize, y->mpi, peer, 0, mine, n,
+                       y->elsize, y->mpi, peer, 0, comm, &st));
   }
   return NULL;
 }
 
-static XLA_FFI_Error *alltoall_pairwise(jm_call *c, jm_buffer *y,
-                                        int64_t block) {
+static XLA_FFI_Error *exchange_pairwise(jm_call *c, jm_buffer *y,
+                                        const jm_blocks *b) {
   jm_shadow *sh;
-  XLA_FFI_Error *err = jm_call_shadow(c, "alltoall in place", &sh);
+  XLA_FFI_Error *err = jm_call_shadow(c, "the exchange in place", &sh);
   if (err) return err;
-  jm_scratch *s = scratch_take((size_t)block * y->elsize);
+  const size_t bytes = (size_t)b->block * y->elsize;
+  jm_scratch *s = scratch_take(bytes);
   if (!s)
     return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
-                    "out of memory for a %lld-byte alltoall block",
-                    (long long)((size_t)block * y->elsize));
-  err = swap_blocks(c, sh->dup, y, block, s->data);
+                    "out of memory for a %lld-byte %s block", (long long)bytes,
+                    c->opname);
+  err = swap_blocks(c, sh->dup, y, b, s->data);
   /* A send the watchdog abandoned may still read the block: leave it
    * allocated, as check.c does with its abandoned exchange. */
   if (!(err && jm_watchdog_on())) scratch_give(s);
@@ -209,7 +221,7 @@ XLA_FFI_Error *jm_run_alltoall(jm_call *c) {
   /* (Host memory only: a CUDA-aware MPI gets device pointers.) */
   if (s == jm_const.in_place && c->size > 1 && !c->on_device &&
       (size_t)block * x->elsize >= JM_PAIRWISE_MIN_BYTES)
-    return alltoall_pairwise(c, y, block);
+    return exchange_pairwise(c, y, &(jm_blocks){NULL, NULL, block});
   JM_MPI(c, "MPI_Alltoall", NULL, 0, block, x->dtype,
          jm_Alltoall(s, y->data, block, x->elsize, x->mpi, c->comm));
   return NULL;
