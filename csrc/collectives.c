@@ -166,7 +166,8 @@ static void scratch_give(jm_scratch *s) {
 /* The blocks of y an exchange in place swaps: block j, count(j) elements
  * from element displ(j), goes to rank j, and rank j's block for this rank,
  * as many elements, comes back into its place. alltoall: equal blocks
- * (count and displ NULL, `block` elements at j * block). */
+ * (count and displ NULL, `block` elements at j * block); alltoallv with
+ * equal send and receive counts: its plan (`block` the largest). */
 typedef struct jm_blocks {
   const int64_t *count, *displ;
   int64_t block;
@@ -382,6 +383,53 @@ static XLA_FFI_Error *alltoallv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
   return NULL;
 }
 
+/* alltoallv in place: with equal send and receive counts each block comes
+ * back into the place it left, and _ops.py aliases the result to x, so a
+ * loop's carry is not copied every iteration (at 1 MiB, 2 ranks, that copy
+ * made alltoallv 2.2 x alltoall). Every rank must take the same path: MPI
+ * wants MPI_IN_PLACE on all ranks or none, and the pairwise exchange below
+ * meets no MPI_Alltoallv. A rank knows only its own counts: at 2 ranks they
+ * are equal exactly when the peer's are (each compares the one pair's two
+ * counts), from 3 ranks not (rank 0's can be equal and rank 1's not), so
+ * from 3 ranks every rank makes the out-of-place call (_ops.py aliases
+ * nothing there). The choice is made from the counts, not from the
+ * buffers, so an empty x (whose address XLA may share with the result in
+ * any case) takes the same path as its peer. */
+static int alltoallv_in_place(const jm_call *c) {
+  if (c->size > 2) return 0;
+  for (int j = 0; j < c->size; j++)
+    if (jm_rows(c, JM_ROWS_SEND, j) != jm_rows(c, JM_ROWS_RECV, j)) return 0;
+  return 1;
+}
+
+/* p: the plan of both sides. On host memory the blocks are swapped pair by
+ * pair through the cached scratch block, as alltoall's from 2 MiB (MPICH's
+ * in-place alltoallv also goes pair by pair, through a temporary it
+ * allocates per call). On GPU memory (CUDA-aware MPI) the core has no
+ * scratch: MPI_Alltoallv with MPI_IN_PLACE, which jm_Alltoallv hands
+ * unchanged to whichever call it makes (plain, in rows, MPI-4 _c; each
+ * then ignores the send counts and displacements). */
+static XLA_FFI_Error *alltoallv_swap(jm_call *c, jm_buffer *x, jm_buffer *y,
+                                     const jm_vplan *p) {
+  /* Aliased, x is y (jm_copy does nothing); should XLA hand two buffers,
+   * y = x first. */
+  XLA_FFI_Error *err =
+      jm_copy(c, y->data, x->data, (size_t)x->count * x->elsize);
+  if (err || c->size == 1) return err;
+  if (c->on_device) {
+    JM_MPI(c, "MPI_Alltoallv (in place)", NULL, 0, y->count, y->dtype,
+           jm_Alltoallv(jm_const.in_place, p->count, p->displ, y->data,
+                        p->count, p->displ, row_elems(y), c->size, y->elsize,
+                        y->mpi, c->comm));
+    return NULL;
+  }
+  jm_blocks b = {p->count, p->displ, 0};
+  for (int j = 0; j < c->size; j++)
+    if (j != c->rank && p->count[j] > b.block) b.block = p->count[j];
+  /* Nothing to swap on either side of the one pair. */
+  return b.block ? exchange_pairwise(c, y, &b) : NULL;
+}
+
 XLA_FFI_Error *jm_run_alltoallv(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c,
@@ -397,7 +445,8 @@ XLA_FFI_Error *jm_run_alltoallv(jm_call *c) {
     vplan_free(&s);
     return err;
   }
-  err = alltoallv_call(c, x, y, &s, &r);
+  err = alltoallv_in_place(c) ? alltoallv_swap(c, x, y, &r)
+                               : alltoallv_call(c, x, y, &s, &r);
   vplan_free(&s);
   vplan_free(&r);
   return err;
