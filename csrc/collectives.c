@@ -163,34 +163,47 @@ static void scratch_give(jm_scratch *s) {
   scratch_free(atomic_exchange(&scratch_cache, s));
 }
 
+/* The blocks of y an exchange in place swaps: block j, count(j) elements
+ * from element displ(j), goes to rank j, and rank j's block for this rank,
+ * as many elements, comes back into its place. alltoall: equal blocks
+ * (count and displ NULL, `block` elements at j * block); alltoallv with
+ * equal send and receive counts: its plan (`block` the largest). */
+typedef struct jm_blocks {
+  const int64_t *count, *displ;
+  int64_t block;
+} jm_blocks;
+
+/* Pair by pair (see above); a pair whose block is empty both ways (the
+ * counts of a pair are one number on both sides) exchanges nothing. */
 static XLA_FFI_Error *swap_blocks(jm_call *c, jm_Comm comm, jm_buffer *y,
-                                  int64_t block, void *scratch) {
-  const size_t bytes = (size_t)block * y->elsize;
+                                  const jm_blocks *b, void *scratch) {
   for (int k = 0; k < c->size; k++) {
     const int peer = ((k - c->rank) % c->size + c->size) % c->size;
-    if (peer == c->rank) continue;
-    char *mine = (char *)y->data + (size_t)peer * bytes;
+    const int64_t n = b->count ? b->count[peer] : b->block;
+    if (peer == c->rank || n == 0) continue;
+    const int64_t at = b->displ ? b->displ[peer] : (int64_t)peer * b->block;
+    char *mine = (char *)y->data + (size_t)at * y->elsize;
     jm_Status st;
-    memcpy(scratch, mine, bytes);
-    JM_MPI(c, "MPI_Sendrecv (alltoall in place)", "peer", peer, block,
-           y->dtype,
-           jm_Sendrecv(scratch, block, y->elsize, y->mpi, peer, 0, mine,
-                       block, y->elsize, y->mpi, peer, 0, comm, &st));
+    memcpy(scratch, mine, (size_t)n * y->elsize);
+    JM_MPI(c, "MPI_Sendrecv (exchange in place)", "peer", peer, n, y->dtype,
+           jm_Sendrecv(scratch, n, y->elsize, y->mpi, peer, 0, mine, n,
+                       y->elsize, y->mpi, peer, 0, comm, &st));
   }
   return NULL;
 }
 
-static XLA_FFI_Error *alltoall_pairwise(jm_call *c, jm_buffer *y,
-                                        int64_t block) {
+static XLA_FFI_Error *exchange_pairwise(jm_call *c, jm_buffer *y,
+                                        const jm_blocks *b) {
   jm_shadow *sh;
-  XLA_FFI_Error *err = jm_call_shadow(c, "alltoall in place", &sh);
+  XLA_FFI_Error *err = jm_call_shadow(c, "the exchange in place", &sh);
   if (err) return err;
-  jm_scratch *s = scratch_take((size_t)block * y->elsize);
+  const size_t bytes = (size_t)b->block * y->elsize;
+  jm_scratch *s = scratch_take(bytes);
   if (!s)
     return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
-                    "out of memory for a %lld-byte alltoall block",
-                    (long long)((size_t)block * y->elsize));
-  err = swap_blocks(c, sh->dup, y, block, s->data);
+                    "out of memory for a %lld-byte %s block", (long long)bytes,
+                    c->opname);
+  err = swap_blocks(c, sh->dup, y, b, s->data);
   /* A send the watchdog abandoned may still read the block: leave it
    * allocated, as check.c does with its abandoned exchange. */
   if (!(err && jm_watchdog_on())) scratch_give(s);
@@ -209,7 +222,7 @@ XLA_FFI_Error *jm_run_alltoall(jm_call *c) {
   /* (Host memory only: a CUDA-aware MPI gets device pointers.) */
   if (s == jm_const.in_place && c->size > 1 && !c->on_device &&
       (size_t)block * x->elsize >= JM_PAIRWISE_MIN_BYTES)
-    return alltoall_pairwise(c, y, block);
+    return exchange_pairwise(c, y, &(jm_blocks){NULL, NULL, block});
   JM_MPI(c, "MPI_Alltoall", NULL, 0, block, x->dtype,
          jm_Alltoall(s, y->data, block, x->elsize, x->mpi, c->comm));
   return NULL;
@@ -370,6 +383,53 @@ static XLA_FFI_Error *alltoallv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
   return NULL;
 }
 
+/* alltoallv in place: with equal send and receive counts each block comes
+ * back into the place it left, and _ops.py aliases the result to x, so a
+ * loop's carry is not copied every iteration (at 1 MiB, 2 ranks, that copy
+ * made alltoallv 2.2 x alltoall). Every rank must take the same path: MPI
+ * wants MPI_IN_PLACE on all ranks or none, and the pairwise exchange below
+ * meets no MPI_Alltoallv. A rank knows only its own counts: at 2 ranks they
+ * are equal exactly when the peer's are (each compares the one pair's two
+ * counts), from 3 ranks not (rank 0's can be equal and rank 1's not), so
+ * from 3 ranks every rank makes the out-of-place call (_ops.py aliases
+ * nothing there). The choice is made from the counts, not from the
+ * buffers, so an empty x (whose address XLA may share with the result in
+ * any case) takes the same path as its peer. */
+static int alltoallv_in_place(const jm_call *c) {
+  if (c->size > 2) return 0;
+  for (int j = 0; j < c->size; j++)
+    if (jm_rows(c, JM_ROWS_SEND, j) != jm_rows(c, JM_ROWS_RECV, j)) return 0;
+  return 1;
+}
+
+/* p: the plan of both sides. On host memory the blocks are swapped pair by
+ * pair through the cached scratch block, as alltoall's from 2 MiB (MPICH's
+ * in-place alltoallv also goes pair by pair, through a temporary it
+ * allocates per call). On GPU memory (CUDA-aware MPI) the core has no
+ * scratch: MPI_Alltoallv with MPI_IN_PLACE, which jm_Alltoallv hands
+ * unchanged to whichever call it makes (plain, in rows, MPI-4 _c; each
+ * then ignores the send counts and displacements). */
+static XLA_FFI_Error *alltoallv_swap(jm_call *c, jm_buffer *x, jm_buffer *y,
+                                     const jm_vplan *p) {
+  /* Aliased, x is y (jm_copy does nothing); should XLA hand two buffers,
+   * y = x first. */
+  XLA_FFI_Error *err =
+      jm_copy(c, y->data, x->data, (size_t)x->count * x->elsize);
+  if (err || c->size == 1) return err;
+  if (c->on_device) {
+    JM_MPI(c, "MPI_Alltoallv (in place)", NULL, 0, y->count, y->dtype,
+           jm_Alltoallv(jm_const.in_place, p->count, p->displ, y->data,
+                        p->count, p->displ, row_elems(y), c->size, y->elsize,
+                        y->mpi, c->comm));
+    return NULL;
+  }
+  jm_blocks b = {p->count, p->displ, 0};
+  for (int j = 0; j < c->size; j++)
+    if (j != c->rank && p->count[j] > b.block) b.block = p->count[j];
+  /* Nothing to swap on either side of the one pair. */
+  return b.block ? exchange_pairwise(c, y, &b) : NULL;
+}
+
 XLA_FFI_Error *jm_run_alltoallv(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c,
@@ -385,7 +445,8 @@ XLA_FFI_Error *jm_run_alltoallv(jm_call *c) {
     vplan_free(&s);
     return err;
   }
-  err = alltoallv_call(c, x, y, &s, &r);
+  err = alltoallv_in_place(c) ? alltoallv_swap(c, x, y, &r)
+                               : alltoallv_call(c, x, y, &s, &r);
   vplan_free(&s);
   vplan_free(&r);
   return err;

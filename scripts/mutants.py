@@ -124,6 +124,11 @@ MUTANTS = [
            "y->mpi, 0, c->comm));",
            "scatter: MPI call made with root 0 whatever the root", (COLL,),
            select="test_scatter"),
+    Mutant("c-exchange-in-place-stale-block", "csrc/collectives.c",
+           "    memcpy(scratch, mine, (size_t)n * y->elsize);\n", "",
+           "the exchange in place (alltoall from 2 MiB blocks, alltoallv with "
+           "equal counts) sends the scratch block without copying the "
+           "outgoing block into it", (VC, INPL), select="equal or large"),
     # ---- C core: half-precision reductions (csrc/halfops.c) ----
     Mutant("c-half-sum-op", "csrc/halfops.c",
            "JM_HALF_FN(t, sum, x + y)", "JM_HALF_FN(t, sum, x - y)",
@@ -257,6 +262,11 @@ MUTANTS = [
            "aliases={1: 0},", "aliases={0: 0},",
            "sendrecv's result aliased to the send buffer, not the template",
            (P2P, INPL)),
+    Mutant("py-alltoallv-alias-any-size", "src/jaxmpi/_ops.py",
+           "if comm.size <= 2 and tuple(sendcounts) == tuple(recvcounts):",
+           "if tuple(sendcounts) == tuple(recvcounts):",
+           "alltoallv's result aliased for equal counts at 3+ ranks too, where "
+           "the C core exchanges out of place", (VC,), select="equal"),
     # ---- Python: API and validation (src/jaxmpi/_api.py, _validate.py) ----
     Mutant("py-api-sendrecv-swap", "src/jaxmpi/_api.py",
            "sendbuf, recvbuf, comm=info, source=source, dest=dest, sendtag=sendtag,",

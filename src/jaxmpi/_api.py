@@ -1163,7 +1163,9 @@ def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
     order: block j, ``sendcounts[j]`` rows, goes to rank j. The result is
     the blocks received, in rank order: block i, ``recvcounts[i]`` rows,
     comes from rank i. Rank i's ``sendcounts[j]`` must equal rank j's
-    ``recvcounts[i]``.
+    ``recvcounts[i]``. At up to 2 ranks, equal ``sendcounts`` and
+    ``recvcounts`` exchange in place (the result shares ``x``'s buffer: no
+    copy in loops).
 
     Args:
         x: an array of shape ``(sum(sendcounts), *s)``, the same ``s`` and

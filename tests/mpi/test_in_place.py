@@ -3,8 +3,6 @@ alltoall in place with MPI_IN_PLACE; recv and sendrecv into their template):
 correct where XLA really passes one buffer (a loop's carry, a donated
 argument), and no copy left in a loop body."""
 
-import re
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +13,7 @@ from mpi4py import MPI
 from jaxmpi import notoken as mpx
 from util import DTYPES as ALL_DTYPES, DTYPE_IDS as ALL_DTYPE_IDS
 from util import DOWN, UP
-from util import RANK, SIZE, bfloat16, data
+from util import RANK, SIZE, bfloat16, data, loop_body_copies
 
 DTYPES = [np.dtype(d) for d in (np.int32, np.uint8, np.float16, bfloat16,
                                 np.float32, np.float64)]
@@ -167,21 +165,6 @@ def test_recv_into_carried_template():
     np.testing.assert_array_equal(np.asarray(got), want)
 
 
-def _loop_body_copies(fn, *args):
-    """copy instructions in the while bodies of fn's optimised HLO."""
-    text = jax.jit(fn).lower(*args).compile().as_text()
-    blocks = {}
-    for block in text.split("\n\n"):
-        for line in block.splitlines():
-            m = re.match(r"^(?:ENTRY )?%(\S+) \(", line)
-            if m:
-                blocks[m.group(1)] = block
-                break
-    bodies = re.findall(r"body=%([\w.\-]+)", text)
-    assert bodies, "no while loop in the compiled program"
-    return sum(blocks[b].count(" copy(") for b in bodies)
-
-
 @pytest.mark.parametrize("name", CASE_NAMES)
 def test_no_copy_in_loop_body(name):
     op, _ = _cases(0)[name]
@@ -198,7 +181,7 @@ def test_no_copy_in_loop_body(name):
     else:
         def fn(x):
             return lax.fori_loop(0, 4, lambda i, a: op(a) * 0.5, x)
-    assert _loop_body_copies(fn, x) == 0
+    assert loop_body_copies(fn, x) == 0
 
 
 @pytest.mark.parametrize("root", ROOTS)
@@ -217,7 +200,7 @@ def test_gather_off_the_root_in_place(root):
         want = want * np.float32(0.5) + 1
     np.testing.assert_array_equal(np.asarray(jax.jit(fn)(x)), want)
     if RANK != root:
-        assert _loop_body_copies(fn, x) == 0
+        assert loop_body_copies(fn, x) == 0
 
 
 # From 2 MiB per block the core swaps alltoall's blocks pair by pair through

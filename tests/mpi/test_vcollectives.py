@@ -17,7 +17,7 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import notoken as mpx
 from util import (DTYPES, RANK, SIZE, WORLD, Later, bfloat16, check,
-                  check_mode, data)
+                  check_mode, data, loop_body_copies)
 
 # Rows per rank: zeros at 2+ ranks, differing per rank, depending on SIZE.
 COUNTS = tuple((3 * r + 1) % 4 for r in range(SIZE))        # 1,0,3,2
@@ -153,6 +153,10 @@ def test_adjoints_are_exact():
         "gatherv": (lambda a: mpx.gatherv(a, COUNTS2, GROOT), x_gv),
         "scatterv": (lambda a: mpx.scatterv(a, COUNTS, SROOT), x_sv),
         "alltoallv": (lambda a: mpx.alltoallv(a, SEND, RECV), x_av),
+        # Equal counts: in place up to 2 ranks, and so is its transpose.
+        "alltoallv equal counts": (
+            lambda a: mpx.alltoallv(a, EQ_COUNTS, EQ_COUNTS),
+            jnp.asarray(equal_inputs(EQUAL["symmetric"], dt, 3)[RANK])),
     }
     sides, jvps = {}, {}
     for k, (name, (f, x)) in enumerate(fns.items()):
@@ -214,6 +218,129 @@ def test_vmap_one_call():
     # d/dx sum(alltoallv(x)^2) = 2x: every row is sent somewhere once.
     later.check(g, 2 * np.asarray(xs[3]), "vmap of grad")
     later.done()
+
+
+# ---- alltoallv with equal send and receive counts: in place ----------------
+# Count patterns c(i, j) = c(j, i), so that every rank's sendcounts equal its
+# recvcounts (per peer), differing between peers and ranks; with zeros.
+# Up to 2 ranks the result shares x's buffer and the C core swaps the blocks
+# pair by pair; from 3 ranks it runs out of place (a rank cannot know that
+# the others' counts are equal too): the values are the same.
+EQUAL = {  # the counts at 2 ranks: rank 0's, rank 1's
+    "symmetric": lambda i, j: (i + j + 1) % 3 + (i == j),  # [2,2] [2,1]
+    "zero-pair": lambda i, j: (i + j + 2) % 3 + (i == j),  # [3,0] [0,2]
+    "rank-0-empty": lambda i, j: 0 if 0 in (i, j) else (i + j) % 3 + 1,
+}
+ETAIL = (4,)  # rows of 4 elements: blocks of 8+ elements exist at 2 ranks
+ESTEPS = 3
+IN_PLACE = SIZE <= 2
+
+
+def counts_of(c, rank):
+    return tuple(c(rank, j) for j in range(SIZE))
+
+
+EQ_COUNTS = counts_of(EQUAL["symmetric"], RANK)
+
+
+def equal_inputs(c, dtype, seed):
+    """Every rank's x for pattern c: block j tagged by sender and receiver."""
+    return [np.concatenate([data(i, (c(i, j), *ETAIL), dtype,
+                                 seed=seed + 7 * j) for j in range(SIZE)])
+            for i in range(SIZE)]
+
+
+def exchange(xs, c):
+    """The reference alltoallv on every rank's array at once."""
+    displ = [np.cumsum([0] + [c(i, j) for j in range(SIZE)])
+             for i in range(SIZE)]
+    return [np.concatenate([xs[i][displ[i][r]:displ[i][r] + c(i, r)]
+                            for i in range(SIZE)]) for r in range(SIZE)]
+
+
+def test_equal_counts_every_dtype_in_a_loop():
+    """ESTEPS exchanges in a fori_loop (the carry is the op's buffer), the
+    rows reversed after each, so that the steps do not undo each other; every
+    dtype and pattern in one program, against NumPy's steps on every rank's
+    data."""
+    cases = [(name, d) for name in EQUAL for d in DTYPES]
+    starts = [equal_inputs(EQUAL[name], d, seed=k % 5)
+              for k, (name, d) in enumerate(cases)]
+    counts = [counts_of(EQUAL[name], RANK) for name, _ in cases]
+
+    def body(i, xs):
+        return [mpx.alltoallv(x, c, c)[::-1] for x, c in zip(xs, counts)]
+
+    loop = jax.jit(lambda xs: lax.fori_loop(0, ESTEPS, body, xs))
+    outs = loop([jnp.asarray(s[RANK]) for s in starts])
+    later = Later()
+    for (name, d), xs, y in zip(cases, starts, outs):
+        for _ in range(ESTEPS):
+            xs = [a[::-1] for a in exchange(xs, EQUAL[name])]
+        later.check(y, xs[RANK], f"{name} {d}")
+    later.done()
+
+
+@pytest.mark.parametrize("name", list(EQUAL))
+def test_equal_counts_leave_a_live_input_alone(name):
+    """Eager, jitted and with x still used after the call: the result is
+    the exchange, x unchanged (XLA copies it before an in-place call); a
+    donated x is the result's buffer."""
+    c = EQUAL[name]
+    cnt = counts_of(c, RANK)
+    xs = equal_inputs(c, np.dtype(np.float32), seed=1)
+    want = exchange(xs, c)[RANK]
+    x = jnp.asarray(xs[RANK])
+    eager = mpx.alltoallv(x, cnt, cnt)
+    jitted, same = jax.jit(lambda a: (mpx.alltoallv(a, cnt, cnt), a * 1))(x)
+    donated = jax.jit(lambda a: mpx.alltoallv(a, cnt, cnt),
+                      donate_argnums=0)(jnp.asarray(xs[RANK]))
+    later = Later()
+    later.check(eager, want, "eager")
+    later.check(jitted, want, "jit")
+    later.check(donated, want, "donated")
+    later.check(same, xs[RANK], "x used after the call")
+    later.check(x, xs[RANK], "x after the calls")
+    later.done()
+
+
+def test_equal_counts_no_copy_in_loop_body():
+    """Up to 2 ranks the custom call's result is aliased to its input, and a
+    loop carrying it copies nothing; unequal counts (or 3+ ranks) alias
+    nothing."""
+    cnt = EQ_COUNTS
+    x = jnp.ones((sum(cnt), *ETAIL), jnp.float32)
+    fn = lambda a: lax.fori_loop(  # noqa: E731
+        0, 4, lambda i, b: mpx.alltoallv(b, cnt, cnt) * 0.5, a)
+    text = jax.jit(fn).lower(x).compile().as_text()
+    aliased = [line for line in text.splitlines()
+               if "jaxmpi_alltoallv" in line and "custom-call(" in line]
+    assert len(aliased) == 1, aliased
+    assert ("output_to_operand_aliasing={{0}: (0, {})}" in aliased[0]) == \
+        IN_PLACE, aliased
+    if IN_PLACE:
+        assert loop_body_copies(fn, x) == 0
+    if SEND != RECV:
+        y = jnp.ones((sum(SEND), *ETAIL), jnp.float32)
+        other = jax.jit(lambda a: mpx.alltoallv(a, SEND, RECV)).lower(y)
+        assert "output_to_operand_aliasing" not in other.compile().as_text()
+
+
+def test_equal_counts_on_some_ranks_only():
+    """From 3 ranks a rank's counts can be equal while another's are not:
+    rank 0's here, not ranks 1 and 2's (rank 1 sends rank 2 one row more
+    than it gets back). Every rank must still meet the others in one
+    exchange."""
+    def c(i, j):
+        return EQUAL["symmetric"](i, j) + ((i, j) == (1, 2))
+
+    send = counts_of(c, RANK)
+    recv = tuple(c(i, RANK) for i in range(SIZE))
+    xs = equal_inputs(c, np.dtype(np.int32), seed=2)
+    x = jnp.asarray(xs[RANK])
+    got = jax.jit(lambda a: mpx.alltoallv(a, send, recv))(x)
+    check(got, exchange(xs, c)[RANK])
+    assert (send == recv) == (RANK not in (1, 2) or SIZE <= 2), (send, recv)
 
 
 def test_zero_rows_everywhere():

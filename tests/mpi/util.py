@@ -1,6 +1,7 @@
 """Rank-dependent test data and NumPy references."""
 
 import contextlib
+import re
 
 import jax
 import ml_dtypes
@@ -197,3 +198,18 @@ def on_line(peer, shape, dtype, seed=0):
     if peer == MPI.PROC_NULL:
         return np.zeros(shape, dtype)
     return data(peer, shape, dtype, seed=seed)
+
+
+def loop_body_copies(fn, *args):
+    """copy instructions in the while bodies of fn's optimised HLO."""
+    text = jax.jit(fn).lower(*args).compile().as_text()
+    blocks = {}
+    for block in text.split("\n\n"):
+        for line in block.splitlines():
+            m = re.match(r"^(?:ENTRY )?%(\S+) \(", line)
+            if m:
+                blocks[m.group(1)] = block
+                break
+    bodies = re.findall(r"body=%([\w.\-]+)", text)
+    assert bodies, "no while loop in the compiled program"
+    return sum(blocks[b].count(" copy(") for b in bodies)
