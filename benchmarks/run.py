@@ -21,6 +21,7 @@ import os
 import platform
 import shlex
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -32,7 +33,7 @@ OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall",
        "allgatherv", "alltoallv", "reduce_scatter")
 FULL_SIZES = [4 * 4**k for k in range(13)]  # 4 B .. 64 MiB
 QUICK_SIZES = [4, 1024, 65536, 1 << 20]
-IMPLS = ("c", "c_mt", "c_huge", "mpi4py", "mpi4jax", "jax", "jaxmpi", "plain")
+IMPLS = ("c", "c_mt", "c_huge", "mpi4py", "mpi4jax", "jax", "jax_mpi", "jaxmpi", "plain")
 # The C program's variants: (thread level, placement, pages). "c" is the
 # best C an HPC user writes (plain MPI_Init, MPI_IN_PLACE where the op
 # allows, as jaxmpi calls allreduce); "c_mt" the same under
@@ -47,7 +48,7 @@ DISPATCH_SIZES = (4,)
 # Columns of the tables, in order: (impl, mode).
 SERIES = [("c", "loop"), ("c_mt", "loop"), ("c_huge", "loop"),
           ("mpi4py", "loop"), ("mpi4jax", "loop"),
-          ("jax", "loop"), ("jaxmpi", "loop"), ("mpi4jax", "call"),
+          ("jax", "loop"), ("jax_mpi", "loop"), ("jaxmpi", "loop"), ("mpi4jax", "call"),
           ("jax", "call"), ("jaxmpi", "call")]
 DISPATCH_SERIES = [("plain", "block"), ("jaxmpi", "block"), ("jaxmpi", "eager"),
                    ("mpi4jax", "block"), ("mpi4jax", "eager"), ("jax", "block"),
@@ -60,6 +61,7 @@ LABEL = {("c", "loop"): "C", ("c_mt", "loop"): "C MT",
          ("mpi4jax", "eager"): "mpi4jax eager", ("jax", "block"): "JAX jit",
          ("mpi4py", "loop"): "mpi4py",
          ("mpi4jax", "loop"): "mpi4jax loop", ("jax", "loop"): "JAX loop",
+         ("jax_mpi", "loop"): "JAX MPI loop",
          ("jaxmpi", "loop"): "jaxmpi loop", ("mpi4jax", "call"): "mpi4jax call",
          ("jax", "call"): "JAX call", ("jaxmpi", "call"): "jaxmpi call"}
 
@@ -144,6 +146,9 @@ def available(impl):
         return True
     if impl in ("jax", "plain"):
         return importlib.util.find_spec("jax") is not None
+    if impl == "jax_mpi":  # JAX's MPI collectives: an MPIwrapper for this MPI
+        lib = os.environ.get("MPITRAMPOLINE_LIB", "")
+        return importlib.util.find_spec("jax") is not None and os.path.isfile(lib)
     return importlib.util.find_spec(impl) is not None
 
 
@@ -205,9 +210,16 @@ def run_job(args, impl, rnd, raw, exe):
                "--dispatch-sizes", ",".join(map(str, DISPATCH_SIZES)),
                *(["--check"] if args.check and impl != "plain" else [])]
     full = [*launcher(args), "-n", str(args.ranks), *cmd]
+    env = clean_env()
+    if impl == "jax_mpi":
+        # JAX initialises MPI itself (worker.py): its coordinator's port is
+        # chosen here, where no MPI runs yet.
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            env.update(JAXMPI_BENCH_JAX_MPI="1", JAXMPI_BENCH_PORT=str(s.getsockname()[1]))
     t0 = time.time()
     try:
-        proc = subprocess.run(full, env=clean_env(), cwd=ROOT, capture_output=True,
+        proc = subprocess.run(full, env=env, cwd=ROOT, capture_output=True,
                               text=True, timeout=args.job_timeout)
         ok = proc.returncode == 0
         tail = (proc.stdout + proc.stderr)[-3000:]
@@ -457,7 +469,8 @@ def plot(stats, args, path, meta):
                              squeeze=False, sharex=True)
     style = {"c": ("k", "o"), "c_mt": ("tab:brown", "o"), "c_huge": ("tab:olive", "o"),
              "mpi4py": ("tab:gray", "s"), "mpi4jax": ("tab:blue", "^"),
-             "jax": ("tab:green", "D"), "jaxmpi": ("tab:red", "v"),
+             "jax": ("tab:green", "D"), "jax_mpi": ("tab:cyan", "D"),
+             "jaxmpi": ("tab:red", "v"),
              "plain": ("tab:purple", "x")}
     for col, op in enumerate(args.ops):
         top, bottom = axes[0][col], axes[1][col]
@@ -639,7 +652,9 @@ def main(argv=None):
         raw, args.impls = args.from_raw, []
     for impl in args.impls:
         if not available(impl):
-            skipped[impl] = "not installed"
+            skipped[impl] = ("MPITRAMPOLINE_LIB names no MPIwrapper library (built against "
+                             "this MPI; benchmarks/README.md)" if impl == "jax_mpi"
+                             else "not installed")
             continue
         if impl == "plain" and not args.dispatch:
             continue

@@ -12,6 +12,13 @@ Implementations:
            coordinator, CPU collectives (gloo), shard_map over one device
            per process (psum, ppermute, all_gather, all_to_all; bcast is
            emulated as a psum of the root's data and zeros elsewhere)
+  jax_mpi  the same over JAX's MPI collectives
+           (jax_cpu_collectives_implementation="mpi": MPItrampoline inside
+           jaxlib, MPITRAMPOLINE_LIB naming an MPIwrapper built against
+           this environment's MPI). JAX calls MPI_Init itself, at its first
+           collective: mpi4py is imported without initialising MPI and
+           joins afterwards (JAXMPI_BENCH_JAX_MPI=1, set by run.py, with
+           the coordinator's port in JAXMPI_BENCH_PORT).
 
 Modes of the JAX-based implementations:
   loop  the op inside one jitted lax.fori_loop; each iteration's input is
@@ -52,10 +59,23 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
 
-WORLD = MPI.COMM_WORLD
-RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
+# JAX's MPI collectives initialise MPI themselves and refuse an MPI that is
+# initialised already: mpi4py must wait (see jax_mpi above).
+JAX_MPI = os.environ.get("JAXMPI_BENCH_JAX_MPI") == "1"
+if JAX_MPI:
+    import mpi4py
+
+    mpi4py.rc.initialize = mpi4py.rc.finalize = False
+from mpi4py import MPI  # noqa: E402
+
+if JAX_MPI:  # the launcher's variables until JAX has initialised MPI
+    WORLD = None
+    RANK = int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0")))
+    SIZE = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1")))
+else:
+    WORLD = MPI.COMM_WORLD
+    RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
 OPS = ("allreduce", "sendrecv", "bcast", "allgather", "alltoall",
        "allgatherv", "alltoallv", "reduce_scatter")
 
@@ -374,25 +394,36 @@ def bench_jaxmpi(args, emit):
 # ---- JAX's own collectives -------------------------------------------------------
 
 
-def start_jax_distributed():
+def start_jax_distributed(collectives):
     import jax
 
-    port = None
-    if RANK == 0:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-    port = WORLD.bcast(port, root=0)
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    if collectives == "mpi":
+        port = int(os.environ["JAXMPI_BENCH_PORT"])
+    else:
+        port = None
+        if RANK == 0:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+        port = WORLD.bcast(port, root=0)
+    jax.config.update("jax_cpu_collectives_implementation", collectives)
     jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
                                num_processes=SIZE, process_id=RANK)
     assert jax.process_count() == SIZE and jax.device_count() == SIZE, (
         jax.process_count(), jax.devices())
 
 
-def bench_jax(args, emit):
+def join_mpi_after_jax():
+    """mpi4py's world, once JAX's first collective has initialised MPI."""
+    global WORLD
+    assert MPI.Is_initialized(), "JAX's MPI collectives did not initialise MPI"
+    WORLD = MPI.COMM_WORLD
+    assert (WORLD.Get_rank(), WORLD.Get_size()) == (RANK, SIZE)
+
+
+def bench_jax(args, emit, collectives="gloo"):
     args.modes = [m for m in args.modes if m != "eager"]  # shard_map only
-    start_jax_distributed()
+    start_jax_distributed(collectives)
     import jax
     import jax.numpy as jnp
     from jax import lax
@@ -439,6 +470,10 @@ def bench_jax(args, emit):
         def local(y):
             return np.asarray(y.addressable_shards[0].data)
 
+        if WORLD is None:
+            x = make_input(np.ones(1, np.float32))
+            assert local(wrap(ops["allreduce"], 1)(x))[0] == SIZE
+            join_mpi_after_jax()
         bench_jax_based(args, emit, ops.__getitem__, wrap, make_input, local)
     finally:
         jax.distributed.shutdown()
@@ -450,7 +485,7 @@ def bench_jax(args, emit):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--impl", required=True,
-                   choices=("mpi4py", "mpi4jax", "jaxmpi", "jax", "plain"))
+                   choices=("mpi4py", "mpi4jax", "jaxmpi", "jax", "jax_mpi", "plain"))
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--sizes", required=True, help="bytes, comma-separated")
     p.add_argument("--modes", default="loop,call")
@@ -486,12 +521,22 @@ def main():
             out.write(json.dumps(rec) + "\n")
             out.flush()
 
+    if args.impl == "jax_mpi" and not JAX_MPI:
+        p.error("--impl jax_mpi needs JAXMPI_BENCH_JAX_MPI=1 (run.py sets it)")
     {"mpi4py": bench_mpi4py, "mpi4jax": bench_mpi4jax,
      "jaxmpi": bench_jaxmpi, "jax": bench_jax,
+     "jax_mpi": lambda a, e: bench_jax(a, e, "mpi"),
      "plain": bench_plain}[args.impl](args, emit)
     if out:
         out.close()
     WORLD.Barrier()
+    if JAX_MPI:
+        # At exit JAX finalises MPI and then frees its communicators
+        # ("MPI_Comm_free() ... called after MPI_FINALIZE", rc 1): finalise
+        # here and leave before JAX's exit handlers run.
+        sys.stdout.flush()
+        MPI.Finalize()
+        os._exit(0)
 
 
 if __name__ == "__main__":
