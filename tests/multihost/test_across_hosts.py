@@ -140,3 +140,25 @@ def test_shallow_water_across_two_hosts_equals_one_host(cluster, mpi, per_host, 
     for h in (1, 2):
         moved = res.eth0(h)
         assert moved["rx"] >= need and moved["tx"] >= need, (h, moved, need)
+
+
+def test_hosts_benchmark_compares_one_host_with_two(tmp_path):
+    """benchmarks/hosts.py: run.py's jobs on one host, then across two, and
+    the summary line per op and size (MPICH, the venv running pytest)."""
+    import subprocess
+    import sys
+
+    from hostsetup import ROOT, multihost
+    if multihost.can_run():
+        pytest.skip(multihost.can_run())
+    r = subprocess.run([sys.executable, "benchmarks/hosts.py", "--hosts", "2",
+                        "--outdir", str(tmp_path), "--quick", "--sizes", "4,65536",
+                        "--impls", "c,jaxmpi", "--ops", "sendrecv", "--check"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [w for w in (line.split() for line in r.stdout.splitlines())
+            if len(w) == 9 and w[0] == "sendrecv" and w[1].isdigit()]
+    assert [int(w[1]) for w in rows] == [4, 65536], r.stdout[-3000:]
+    # the two-host layout's traffic crossed eth0 (at least the 64 KiB messages)
+    tx = [int(m) for m in re.findall(r"jmh\d eth0: tx (\d+) B", r.stdout)]
+    assert len(tx) == 2 and min(tx) >= 65536, r.stdout[-3000:]
