@@ -6,6 +6,7 @@ same model, grid and steps.
     python benchmarks/shallow_water.py                 # 2 ranks, 3600 x 1800, 0.01 days, 3 repeats
     python benchmarks/shallow_water.py --days 0.1 --repeats 5
     python benchmarks/shallow_water.py --grid 360 180 --days 1
+    python benchmarks/shallow_water.py --ranks 1,2,4,8,16 --weak 900 900
 
 Runs `examples/shallow_water.py --benchmark` under mpiexec once per
 configuration and repeat (configurations interleaved, so that a slow spell
@@ -66,10 +67,20 @@ def launcher():
     return [os.path.join(os.path.dirname(sys.executable), "mpiexec")]
 
 
+def weak_grid(block, ranks):
+    """Weak scaling: the grid of `ranks` blocks of block = (bx, by) cells,
+    px x py of them with py the largest divisor of ranks up to its square
+    root (the model then splits the grid its own way; every rank has bx * by
+    cells whatever the layout)."""
+    py = max(d for d in range(1, int(ranks ** 0.5) + 1) if ranks % d == 0)
+    return block[0] * (ranks // py), block[1] * py
+
+
 def run_once(args, name, ranks):
+    grid = weak_grid(args.weak, ranks) if args.weak else args.grid
     cmd = [*launcher(), "-n", str(ranks), sys.executable,
            os.path.join(ROOT, "examples", "shallow_water.py"), "--benchmark",
-           "--days", str(args.days), "--grid", *map(str, args.grid),
+           "--days", str(args.days), "--grid", *map(str, grid),
            "--steps-per-call", str(args.steps_per_call), *CONFIGS[name]]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     for k in [k for k in env if k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))]:
@@ -109,6 +120,20 @@ def table(names, times, steps):
               f"{1e3 * med / steps:8.2f} {ratio} {vs_fused}")
 
 
+def weak_scaling(names, counts, per_step, block):
+    """Weak scaling: time per step with a fixed block per rank, and its
+    efficiency (the fewest ranks' time per step over this one's; ideal 1;
+    the grid grows with the ranks, and with it the steps per model day)."""
+    base = counts[0]
+    print(f"\nweak scaling ({block[0]} x {block[1]} cells per rank), against {base} "
+          f"rank(s) of the same configuration: ms per step (efficiency)")
+    print(f"{'configuration':16s} " + " ".join(f"{f'{c} ranks':>16s}" for c in counts))
+    for n in names:
+        cells = [f"{per_step[(n, c)]:8.2f} ({per_step[(n, base)] / per_step[(n, c)]:.2f})"
+                 .rjust(16) for c in counts]
+        print(f"{n:16s} " + " ".join(cells))
+
+
 def scaling(names, counts, medians):
     """Strong scaling: speed-up and parallel efficiency against the fewest
     ranks run (ideally 1) of the same configuration."""
@@ -132,6 +157,9 @@ def main():
                     help="rank count, or several separated by commas (strong "
                          "scaling: speed-up and efficiency against the first)")
     ap.add_argument("--grid", type=int, nargs=2, default=(3600, 1800), metavar=("NX", "NY"))
+    ap.add_argument("--weak", type=int, nargs=2, metavar=("BX", "BY"),
+                    help="weak scaling: a block of BX x BY cells per rank (the grid "
+                         "grows with --ranks) instead of the fixed --grid")
     ap.add_argument("--days", type=float, default=0.01,
                     help="model days per run (0.01 days = 43 steps of 19.95 s)")
     ap.add_argument("--repeats", type=int, default=3)
@@ -147,9 +175,10 @@ def main():
     if not names:
         return 1
     counts = sorted(set(args.ranks))
-    medians = {}
+    medians, per_step = {}, {}
     for ranks in counts:
-        print(f"shallow water {args.grid[0]} x {args.grid[1]}, {args.days:g} model days, "
+        grid = weak_grid(args.weak, ranks) if args.weak else args.grid
+        print(f"shallow water {grid[0]} x {grid[1]}, {args.days:g} model days, "
               f"{ranks} ranks, {args.repeats} repeats", flush=True)
         times = {n: [] for n in names}
         for r in range(args.repeats):
@@ -161,7 +190,11 @@ def main():
         table(names, times, steps)
         print(flush=True)
         medians.update({(n, ranks): statistics.median(times[n]) for n in names})
-    if len(counts) > 1:
+        per_step.update({(n, ranks): 1e3 * statistics.median(times[n]) / steps
+                         for n in names})
+    if len(counts) > 1 and args.weak:
+        weak_scaling(names, counts, per_step, args.weak)
+    elif len(counts) > 1:
         scaling(names, counts, medians)
     return 0
 

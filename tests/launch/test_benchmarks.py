@@ -54,3 +54,24 @@ def test_quick_benchmark_runs_and_writes_results(tmp_path):
     assert "Speed targets of jaxmpi at 2 ranks" in out, out[-4000:]
     assert (tmp_path / "latest.csv").exists()
     assert any(p.suffix == ".md" for p in tmp_path.iterdir())
+
+
+def test_shallow_water_weak_scaling_grows_the_grid_with_the_ranks():
+    """benchmarks/shallow_water.py --weak: a block per rank, the grid
+    growing with the rank count (1 rank 32 x 16, 2 ranks 64 x 16), and the
+    weak-scaling table (ms per step, efficiency against 1 rank)."""
+    env = dict(os.environ)
+    for k in [k for k in env if k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))]:
+        del env[k]
+    env.update(san_env(), JAXMPI_LAUNCH=shlex.join(launcher()))
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "shallow_water.py"), "--ranks",
+           "1,2", "--weak", "32", "16", "--days", "0.002", "--repeats", "1",
+           "--configs", "jaxmpi-fused"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "shallow water 32 x 16," in out and "shallow water 64 x 16," in out, out
+    assert "weak scaling (32 x 16 cells per rank)" in out, out
+    row = [line.split() for line in out.splitlines() if line.startswith("jaxmpi-fused ")][-1]
+    assert row[2] == "(1.00)" and float(row[3]) > 0, row
