@@ -56,7 +56,7 @@ def test_quick_benchmark_runs_and_writes_results(tmp_path):
     assert any(p.suffix == ".md" for p in tmp_path.iterdir())
 
 
-def test_shallow_water_weak_scaling_grows_the_grid_with_the_ranks():
+def test_shallow_water_weak_scaling_grows_the_grid_with_the_ranks(tmp_path):
     """benchmarks/shallow_water.py --weak: a block per rank, the grid
     growing with the rank count (1 rank 32 x 16, 2 ranks 64 x 16), and the
     weak-scaling table (ms per step, efficiency against 1 rank)."""
@@ -75,3 +75,18 @@ def test_shallow_water_weak_scaling_grows_the_grid_with_the_ranks():
     assert "weak scaling (32 x 16 cells per rank)" in out, out
     row = [line.split() for line in out.splitlines() if line.startswith("jaxmpi-fused ")][-1]
     assert row[2] == "(1.00)" and float(row[3]) > 0, row
+    # ... and benchmarks/plot_scaling.py plots it, and a saved strong-scaling table
+    saved = tmp_path / "weak.txt"
+    saved.write_text(proc.stdout)
+    strong = os.path.join(ROOT, "benchmarks", "16cores", "shallow_water_scaling_one_thread.txt")
+    png = tmp_path / "scaling.png"
+    plot = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "plot_scaling.py"),
+                           str(saved), strong, "-o", str(png)], capture_output=True, text=True,
+                          timeout=300)
+    assert plot.returncode == 0 and png.stat().st_size > 10000, plot
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import plot_scaling
+    assert plot_scaling.parse(str(saved))[:2] == ("weak", [1, 2])
+    kind, ranks, series = plot_scaling.parse(strong)
+    assert (kind, ranks) == ("strong", [1, 2, 4, 8, 16])
+    assert series["jaxmpi-fused"][-1] == 10.4 and series["mpi4jax"][-1] == 8.0, series
