@@ -115,15 +115,16 @@ def shallow_water(c, mpi, per_host, out, env, via="mpiexec"):
         return res, {k: f[k] for k in f.files}
 
 
-@pytest.mark.parametrize("per_host", [1, 2])
-def test_shallow_water_across_two_hosts_equals_one_host(cluster, mpi, per_host, tmp_path):
-    n = 2 * per_host
+@pytest.mark.parametrize("hosts,per_host", [(2, 1), (2, 2), (3, 1)],
+                         ids=["2hosts-x1", "2hosts-x2", "3hosts-x1"])
+def test_shallow_water_across_hosts_equals_one_host(cluster, mpi, hosts, per_host, tmp_path):
+    n = hosts * per_host
     one = cluster(1)
     _, here = shallow_water(one, mpi, n, str(tmp_path / "one.npz"), RANK_ENV)
-    two = cluster(2)
-    res, there = shallow_water(two, mpi, per_host, str(tmp_path / "two.npz"), RANK_ENV)
+    many = cluster(hosts)
+    res, there = shallow_water(many, mpi, per_host, str(tmp_path / "many.npz"), RANK_ENV)
     assert int(there["ranks"]) == n and (int(there["px"]), int(there["py"])) == (
-        (1, 2) if n == 2 else (2, 2))
+        {2: (1, 2), 3: (3, 1), 4: (2, 2)}[n])
     assert np.isfinite(there["final"]).all()
     assert sorted(here) == sorted(there)
     for k in here:
@@ -137,7 +138,7 @@ def test_shallow_water_across_two_hosts_equals_one_host(cluster, mpi, per_host, 
     nx, ny = int(GRID[0]), int(GRID[1])
     px, py = int(there["px"]), int(there["py"])
     need = 200 * 3 * 4 * min(nx // px, ny // py)
-    for h in (1, 2):
+    for h in range(1, hosts + 1):
         moved = res.eth0(h)
         assert moved["rx"] >= need and moved["tx"] >= need, (h, moved, need)
 
