@@ -429,26 +429,43 @@ static int too_many(int64_t n) {
   return n > 0 && (n - 1) / jm_count.limit + 1 > JM_MAX_REQS;
 }
 
-XLA_FFI_Error *jm_run_iallreduce(jm_call *c) {
+/* Where a start receives `n` elements: an empty result may share its
+ * (empty) buffer's address with the input, which MPICH rejects as aliased
+ * buffers, so it gets an address of its own (nothing is written there). */
+static char empty_result;
+static void *recv_ptr(void *data, int64_t n) {
+  return n ? data : (void *)&empty_result;
+}
+
+/* An elementwise reduction over ranks (MPI_Iallreduce, MPI_Iscan,
+ * MPI_Iexscan), in chunks of at most the count limit. In place: the result
+ * is aliased to x (XLA copies x first where x is still needed). */
+typedef int jm_ireduction(const void *, void *, int, jm_Datatype, jm_Op,
+                          jm_Comm, jm_Request *);
+
+static XLA_FFI_Error *reduction(jm_call *c, const char *fn,
+                                jm_ireduction *call) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[1];
   JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
             "result must match the input's shape and dtype");
   if (too_many(x->count)) return too_many_chunks(c, x->count);
   jm_req *r;
-  XLA_FFI_Error *err = begin(c, &r, "MPI_Iallreduce", NULL, 0);
+  XLA_FFI_Error *err = begin(c, &r, fn, NULL, 0);
   if (err) return err;
   r->collective = 1;
   keep(r, y->data);
-  /* In place: the result is aliased to x (XLA copies x first where x is
-   * still needed). */
   const void *s = x->data == y->data && x->count ? jm_const.in_place : x->data;
   double t0 = jm_log_start();
   int rc = 0;
   JM_CHUNKS(r, x->count, x->elsize,
-            jm_mpi.Iallreduce(offset(s, off, x->elsize),
-                              (void *)offset(y->data, off, x->elsize), cn,
-                              x->mpi, c->op, c->comm, rq));
+            call(offset(s, off, x->elsize),
+                 recv_ptr((void *)offset(y->data, off, x->elsize), m), cn,
+                 x->mpi, c->op, c->comm, rq));
   return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_iallreduce(jm_call *c) {
+  return reduction(c, "MPI_Iallreduce", jm_mpi.Iallreduce);
 }
 
 XLA_FFI_Error *jm_run_ibcast(jm_call *c) {
@@ -513,23 +530,13 @@ XLA_FFI_Error *jm_run_ireduce(jm_call *c) {
 }
 
 XLA_FFI_Error *jm_run_iscan(jm_call *c) {
-  jm_buffer *x = &c->arg[0], *y = &c->ret[1];
-  JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
-            "result must match the input's shape and dtype");
-  if (too_many(x->count)) return too_many_chunks(c, x->count);
-  jm_req *r;
-  XLA_FFI_Error *err = begin(c, &r, "MPI_Iscan", NULL, 0);
-  if (err) return err;
-  r->collective = 1;
-  keep(r, y->data);
-  const void *s = x->data == y->data && x->count ? jm_const.in_place : x->data;
-  double t0 = jm_log_start();
-  int rc = 0;
-  JM_CHUNKS(r, x->count, x->elsize,
-            jm_mpi.Iscan(offset(s, off, x->elsize),
-                         (void *)offset(y->data, off, x->elsize), cn, x->mpi,
-                         c->op, c->comm, rq));
-  return post(c, r, rc, t0);
+  return reduction(c, "MPI_Iscan", jm_mpi.Iscan);
+}
+
+/* Rank 0's result, which MPI leaves undefined, is the op's identity,
+ * written after the wait (_nonblocking.py), as exscan's lowering does. */
+XLA_FFI_Error *jm_run_iexscan(jm_call *c) {
+  return reduction(c, "MPI_Iexscan", jm_mpi.Iexscan);
 }
 
 /* gather: the root's results [xs (x's own buffer), y (size blocks)];

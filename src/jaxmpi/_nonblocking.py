@@ -602,6 +602,27 @@ _spec("iscan", (0,))
 _JVP_CHECKS["iscan"] = _sum_check("iscan")
 _BACKWARD["iscan"] = _blocking_backward(_ops.scan_p)
 
+# iexscan: buffers [y] (in place). MPI leaves rank 0's result undefined: the
+# wait gives it the op's identity, as exscan does (_AFTER_WAIT).
+iexscan_p = _define_start("iexscan", lambda x, *, comm, op: [x], {0: 0})
+_spec("iexscan", (0,))
+_JVP_CHECKS["iexscan"] = _sum_check("iexscan")
+_BACKWARD["iexscan"] = _blocking_backward(_ops.exscan_p)
+
+
+def _identity_on_rank_0(outs, spec):
+    """exscan's rank 0 result: the op's identity (a constant of the trace:
+    its tangent is zero and its cotangent goes nowhere, as exscan's)."""
+    comm, op = spec.param("comm"), spec.param("op")
+    if comm.rank != 0:
+        return outs
+    return [jnp.full(y.shape, _ops.exscan_identity(op.name, y.dtype), y.dtype)
+            for y in outs]
+
+
+# What the wait does with its results before returning them, per op.
+_AFTER_WAIT = {"iexscan": _identity_on_rank_0}
+
 # igather: root buffers [x, y (size, *x.shape)], result y; elsewhere [x],
 # passed through.
 _b, _a, _r = _rooted(lambda x, comm: _ops._aval((comm.size, *x.shape), x.dtype))
@@ -1284,6 +1305,83 @@ def iscan(x, op, *, comm=None, token=None) -> Request:
     return _start("iscan", (x,), dict(comm=info, op=opinfo))
 
 
+def iexscan(x, op, *, comm=None, token=None) -> Request:
+    """Start an exclusive prefix reduction: rank r gets ``op`` over ranks
+    0..r-1; rank 0 gets the identity of ``op``.
+
+    MPI_Iexscan. The non-blocking form of ``exscan``; it matches only
+    ``iexscan`` on the other ranks. MPI leaves rank 0's result undefined;
+    the wait gives it the identity, as ``exscan`` does: zeros for
+    ``MPI.SUM`` (and ``BOR``, ``BXOR``, ``LOR``, ``LXOR``), ones for
+    ``MPI.PROD`` (and ``LAND``), all bits set for ``BAND``, the dtype's
+    lowest value for ``MPI.MAX`` and its highest for ``MPI.MIN``.
+
+    Args:
+        x: the array to reduce, the same shape and dtype on every rank.
+            Reduced in place in the request's buffer (XLA copies ``x``
+            first where it is still used after the start).
+        op: a predefined mpi4py reduction op (``MPI.SUM``, ``MPI.PROD``,
+            ``MPI.MAX``, ``MPI.MIN``, the logical and bitwise ops for
+            integers and bool); not a user-defined ``MPI.Op``, whose
+            identity jaxmpi cannot know. Derivatives: ``MPI.SUM`` only.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Iexscan in flight and its buffer;
+        ``wait`` on it returns an array of ``x``'s shape and dtype: ``op``
+        over the ``x`` of ranks 0 to this rank - 1 (on rank 0, the identity
+        of ``op``).
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), ``op`` is not defined for the dtype or is
+            user-defined, ``comm`` is not an intracommunicator, or
+            ``token`` is not a token.
+        ValueError: an array lives on more than one device (jaxmpi needs one
+            JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating with an ``op`` other than
+            ``MPI.SUM``.
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 4``, the offset of each rank's rows::
+
+            req = mpx.iexscan(jnp.array(n_local), MPI.SUM)
+            z = compute(w)
+            offset = mpx.wait(req)                # rank 0: 0
+            y = mpx.wait(mpx.iexscan(jnp.ones(2), MPI.SUM))  # rank r: [r, r]
+            req, token = jaxmpi.iexscan(x, MPI.SUM)          # token API
+            y, token = jaxmpi.wait(req, token=token)
+    """
+    info, tok, x, opinfo = _reduction_start("iexscan", x, op, comm, token)
+    v.predefined_op(opinfo, "iexscan")
+    _ops_join(tok)
+    return _start("iexscan", (x,), dict(comm=info, op=opinfo))
+
+
 def igather(x, root, *, comm=None, token=None) -> Request:
     """Start gathering every rank's ``x`` on the root, stacked along a new
     axis 0.
@@ -1726,6 +1824,9 @@ def wait(request, *, token=None):
     _ops_join(tok)
     state.waited = True
     outs = wait_p.bind(request._handle, *request._bufs, spec=request._spec)
+    after = _AFTER_WAIT.get(request._spec.op)
+    if after is not None:
+        outs = after(outs, request._spec)
     if request._spec.op == "ineighbor_exchange":
         return tuple(outs)
     return outs[0] if outs else None
@@ -1785,5 +1886,6 @@ def waitall(requests, *, token=None):
 # jaxmpi.notoken are made from it.
 __all__ = ["isend", "irecv", "isendrecv", "iallreduce", "ibcast", "ibarrier",
            "ireduce", "iscan", "igather", "iscatter", "iallgather",
-           "ialltoall", "ineighbor_exchange", "wait", "waitall", "Request"]
+           "ialltoall", "ineighbor_exchange", "iexscan", "wait", "waitall",
+           "Request"]
 OPERATIONS = tuple(n for n in __all__ if n != "Request")

@@ -15,33 +15,14 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import notoken as mpx
 from jaxmpi._validate import is_token
-from util import (DTYPES, OPS_FOR_KIND, RANK, SIZE, Later, all_data, bfloat16,
-                  check, check_mode, data, kind, reduce_ref)
+from util import (COUNTS, DTYPES, OPS_FOR_KIND, RANK, SIZE, Later, all_data,
+                  bfloat16, check, check_mode, data, exscan_ref, kind,
+                  reduce_ref)
 
 two_ranks = pytest.mark.skipif(SIZE < 2, reason="ranks must disagree")
 
-# Rows per rank: rank-dependent, with a zero from 2 ranks on, different
-# from its reverse at every size >= 2.
-COUNTS = tuple((2 * j + 1) % 3 if j != 1 else 0 for j in range(SIZE))
-if SIZE == 1:
-    COUNTS = (2,)
 OFFSETS = np.concatenate([[0], np.cumsum(COUNTS)]).astype(int)
 CASES = [(d, op) for d in DTYPES for op in OPS_FOR_KIND[kind(d)]]
-
-
-def _identity(opname, dtype):
-    """What rank 0 of exscan must get, written out per op (not jaxmpi's)."""
-    dtype = np.dtype(dtype)
-    table = {"SUM": 0, "PROD": 1, "LAND": 1, "LOR": 0, "LXOR": 0, "BOR": 0,
-             "BXOR": 0}
-    if opname in table:
-        return np.array(table[opname]).astype(dtype)
-    if opname == "BAND":
-        return np.array(-1).astype(dtype)  # all bits (wraps for unsigned)
-    if kind(dtype) == "int":
-        info = np.iinfo(dtype)
-        return np.array(info.min if opname == "MAX" else info.max, dtype)
-    return np.array(-np.inf if opname == "MAX" else np.inf).astype(dtype)
 
 
 def _block_input(dtype, opname, seed):
@@ -68,12 +49,8 @@ def _refs(dtype, opname, seed):
     vs = _v_input(dtype, opname, seed)
     lo, hi = OFFSETS[RANK], OFFSETS[RANK + 1]
     v = reduce_ref([a[lo:hi] for a in vs], opname, dtype)
-    scans = _scan_input(dtype, opname, seed)
-    if RANK == 0:
-        ex = np.broadcast_to(_identity(opname, dtype), (3, 5)).astype(dtype)
-    else:
-        ex = reduce_ref(scans[:RANK], opname, dtype)
-    return block, v, ex
+    return block, v, exscan_ref(_scan_input(dtype, opname, seed), opname,
+                                dtype)
 
 
 def _all_cases(inputs):
