@@ -265,42 +265,62 @@ BAD = [
 ]
 
 
+# The blocking ops and their non-blocking forms ("i"), validated alike.
+FORMS = pytest.mark.parametrize("i", ["", "i"], ids=["blocking", "nonblocking"])
+
+
+@FORMS
 @pytest.mark.parametrize("kw,exc,msg", BAD, ids=[str(i) for i in range(len(BAD))])
-def test_bad_counts_raise_before_mpi(kw, exc, msg):
+def test_bad_counts_raise_before_mpi(kw, exc, msg, i):
     x = jnp.ones((SIZE, 2))
+    rs = getattr(mpx, i + "reduce_scatter")
+    msg = f"(?<!i){i}{msg}"
     with pytest.raises(exc, match=msg):
-        mpx.reduce_scatter(x, MPI.SUM, **kw)
+        rs(x, MPI.SUM, **kw)
     with pytest.raises(exc, match=msg):
-        jax.jit(lambda a: mpx.reduce_scatter(a, MPI.SUM, **kw))(x)
+        jax.jit(lambda a: rs(a, MPI.SUM, **kw))(x)
 
 
-def test_other_bad_input():
-    with pytest.raises(ValueError, match=rf"reduce_scatter: x must have "
-                       rf"leading dimension equal to the communicator size "
-                       rf"{SIZE}, got shape \({SIZE + 1}, 2\)"):
-        mpx.reduce_scatter(jnp.ones((SIZE + 1, 2)), MPI.SUM)
+@FORMS
+def test_other_bad_input(i):
+    rs, ex = getattr(mpx, i + "reduce_scatter"), getattr(mpx, i + "exscan")
+    with pytest.raises(ValueError, match=rf"(?<!i){i}reduce_scatter: x must "
+                       rf"have leading dimension equal to the communicator "
+                       rf"size {SIZE}, got shape \({SIZE + 1}, 2\)"):
+        rs(jnp.ones((SIZE + 1, 2)), MPI.SUM)
     with pytest.raises(ValueError, match="leading dimension"):
-        mpx.reduce_scatter(jnp.float32(1), MPI.SUM)
-    with pytest.raises(TypeError, match=r"reduce_scatter: MPI.MAX is not "
-                       "defined for dtype complex64"):
-        mpx.reduce_scatter(jnp.ones((SIZE, 2), jnp.complex64), MPI.MAX)
-    with pytest.raises(TypeError, match=r"exscan: MPI.SUM is not defined for "
-                       "dtype bool"):
-        mpx.exscan(jnp.ones(2, bool), MPI.SUM)
+        rs(jnp.float32(1), MPI.SUM)
+    with pytest.raises(TypeError, match=rf"(?<!i){i}reduce_scatter: MPI.MAX "
+                       "is not defined for dtype complex64"):
+        rs(jnp.ones((SIZE, 2), jnp.complex64), MPI.MAX)
+    with pytest.raises(TypeError, match=rf"(?<!i){i}exscan: MPI.SUM is not "
+                       "defined for dtype bool"):
+        ex(jnp.ones(2, bool), MPI.SUM)
     op = MPI.Op.Create(lambda a, b, t: None, commute=True)
     try:
-        with pytest.raises(TypeError, match=r"exscan: op is a user-defined "
-                           r"MPI.Op; exscan needs a predefined op"):
-            mpx.exscan(jnp.ones(2), op)
+        with pytest.raises(TypeError, match=rf"(?<!i){i}exscan: op is a "
+                           rf"user-defined MPI.Op; {i}exscan needs a "
+                           "predefined op"):
+            ex(jnp.ones(2), op)
     finally:
         op.Free()
 
 
+def _reduce_scatter(nonblocking):
+    if nonblocking:
+        return lambda *a, **kw: mpx.wait(mpx.ireduce_scatter(*a, **kw))
+    return mpx.reduce_scatter
+
+
 @two_ranks
+@pytest.mark.parametrize("nonblocking", [False, True],
+                         ids=["blocking", "nonblocking"])
 @pytest.mark.parametrize("mode", ["sparse", "all"])
-def test_counts_that_differ_between_ranks_are_reported(mode):
+def test_counts_that_differ_between_ranks_are_reported(mode, nonblocking):
     # Same total rows (so the arrays agree), counts reversed on the last
-    # rank: every rank raises before MPI runs, naming the counts.
+    # rank: every rank raises before MPI runs (ireduce_scatter: at the
+    # start), naming the counts.
+    rs = _reduce_scatter(nonblocking)
     counts = tuple(range(1, SIZE + 1))
     mine = counts[::-1] if RANK == SIZE - 1 else counts
     with check_mode(mode):
@@ -309,13 +329,13 @@ def test_counts_that_differ_between_ranks_are_reported(mode):
         try:
             x = jnp.ones((sum(counts), 2))
             try:
-                jax.block_until_ready(jax.jit(lambda a: mpx.reduce_scatter(
+                jax.block_until_ready(jax.jit(lambda a: rs(
                     a, MPI.SUM, counts=mine, comm=comm))(x))
                 msg = ""
             except jax.errors.JaxRuntimeError as e:
                 msg = str(e)
             # The communicator still works afterwards.
-            after = mpx.reduce_scatter(x, MPI.SUM, counts=counts, comm=comm)
+            after = rs(x, MPI.SUM, counts=counts, comm=comm)
         finally:
             comm.Free()
     fmt = lambda c: "counts=[" + ",".join(map(str, c)) + "]"
