@@ -3,7 +3,7 @@
  * nothing (reduce and gather off the root, bcast on it), the result is a copy
  * of the input: that keeps every rank's program linear in the same values,
  * so derivatives of any order make the same calls on every rank. */
-#include "ffi.h"
+#include "collectives.h"
 #include "cuda_staging.h"
 #include "mpi_calls.h"
 
@@ -474,11 +474,8 @@ XLA_FFI_Error *jm_run_reduce_scatter_block(jm_call *c) {
   return NULL;
 }
 
-/* counts[r] rows (of x's first axis) to rank r, the blocks of x in rank
- * order. The counts are rows, as the user wrote them (and as JAXMPI_CHECK
- * reports them); a row is x's elements over sum(counts). */
-XLA_FFI_Error *jm_run_reduce_scatter(jm_call *c) {
-  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
+XLA_FFI_Error *jm_reduce_scatter_counts(jm_call *c, const jm_buffer *x,
+                                        const jm_buffer *y, int64_t *counts) {
   JM_EXPECT(c, c->nrows[JM_ROWS_COUNTS] == c->size,
             "counts has %lld entries for a communicator of %d ranks",
             (long long)c->nrows[JM_ROWS_COUNTS], c->size);
@@ -495,6 +492,15 @@ XLA_FFI_Error *jm_run_reduce_scatter(jm_call *c) {
             "counts[%d] = %lld rows (got %lld and %lld elements)",
             (long long)total, c->rank, (long long)jm_rows(c, JM_ROWS_COUNTS, c->rank),
             (long long)x->count, (long long)y->count);
+  for (int j = 0; j < c->size; j++) counts[j] = row * jm_rows(c, JM_ROWS_COUNTS, j);
+  return NULL;
+}
+
+/* counts[r] rows (of x's first axis) to rank r, the blocks of x in rank
+ * order. The counts are rows, as the user wrote them (and as JAXMPI_CHECK
+ * reports them); a row is x's elements over sum(counts). */
+XLA_FFI_Error *jm_run_reduce_scatter(jm_call *c) {
+  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   /* The counts as int64 (aligned) and as int, for MPI. */
   const size_t n = (size_t)c->size;
   char *mem = malloc(n * (sizeof(int64_t) + sizeof(int)));
@@ -503,7 +509,11 @@ XLA_FFI_Error *jm_run_reduce_scatter(jm_call *c) {
                     "out of memory for %d counts", c->size);
   int64_t *counts = (int64_t *)(void *)mem;
   int *ints = (int *)(void *)(mem + n * sizeof(int64_t));
-  for (int j = 0; j < c->size; j++) counts[j] = row * jm_rows(c, JM_ROWS_COUNTS, j);
+  XLA_FFI_Error *err = jm_reduce_scatter_counts(c, x, y, counts);
+  if (err) {
+    free(mem);
+    return err;
+  }
   char empty;
   double t0 = jm_log_start();
   int rc = jm_Reduce_scatter(x->data, JM_RECV_PTR(y, empty), counts, ints,

@@ -91,10 +91,13 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(ibarrier, 0, 1, 0, JM_A(comm))                                             \
   X(ireduce, 1, 2, 0, JM_A(comm) | JM_A(op) | JM_A(root))                      \
   X(iscan, 1, 2, 0, JM_A(comm) | JM_A(op))                                     \
+  X(iexscan, 1, 2, 0, JM_A(comm) | JM_A(op))                                   \
   X(igather, 1, JM_VARIADIC, 0, JM_A(comm) | JM_A(root))                       \
   X(iscatter, 1, JM_VARIADIC, 0, JM_A(comm) | JM_A(root))                      \
   X(iallgather, 1, 3, 0, JM_A(comm))                                           \
   X(ialltoall, 1, 3, 0, JM_A(comm))                                            \
+  X(ireduce_scatter_block, 1, 3, 0, JM_A(comm) | JM_A(op))                     \
+  X(ireduce_scatter, 1, 3, 0, JM_A(comm) | JM_A(op) | JM_A(counts))            \
   X(ineighbor_exchange, JM_VARIADIC, JM_VARIADIC, 0,                           \
     JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
 

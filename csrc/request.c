@@ -12,8 +12,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_staging.h"
 #include "check.h"
+#include "collectives.h"
+#include "cuda_staging.h"
 #include "mpi_calls.h"
 #include "watchdog.h"
 
@@ -31,9 +32,11 @@ typedef struct jm_req {
   jm_Request reqs[JM_MAX_REQS];
   jm_Status st[JM_MAX_REQS];
   int recv_ret[JM_MAX_REQS]; /* receive k delivers call.ret[recv_ret[k]] */
-  int nkeep;                 /* buffers the wait must get, in order */
+  int nkeep;                 /* buffers the wait must get, in order (NULL:
+                                an empty one, at any address) */
   void *keep[JM_MAX_REQS + 1];
   int collective;            /* MPI forbids cancelling or freeing these */
+  void *mem;                 /* what MPI reads until completion (counts) */
   int complete, rc;          /* all requests done; MPI's code (or timeout) */
   char what[48];             /* "wait of MPI_Irecv", for the watchdog */
   XLA_FFI_Future *future;    /* a wait pending on this request */
@@ -73,6 +76,13 @@ int jaxmpi_requests_in_flight(void) {
   int n = nactive;
   pthread_mutex_unlock(&lock);
   return n;
+}
+
+/* Free a request MPI is done with. A collective the watchdog gave up on
+ * may still read its counts: they stay allocated (its buffers are XLA's). */
+static void req_free(jm_req *r) {
+  if (!(r->rc == JM_ERR_TIMEOUT && r->collective)) free(r->mem);
+  free(r);
 }
 
 /* ---- the table (callers hold `lock`) ------------------------------------ */
@@ -261,7 +271,7 @@ static void *progress_main(void *arg) {
     for (int i = 0; i < nfinished; i++) {
       XLA_FFI_Error *err = finish(finished[i]);
       hand_over(finished[i], err);
-      free(finished[i]);
+      req_free(finished[i]);
     }
     if (atomic_exchange(&kicked, 0) || progressed) idle = 0;
     backoff(idle++);
@@ -310,7 +320,11 @@ static XLA_FFI_Error *begin(jm_call *c, jm_req **out, const char *fn,
   return NULL;
 }
 
-static void keep(jm_req *r, void *data) { r->keep[r->nkeep++] = data; }
+/* A buffer the wait must get. An empty one holds nothing MPI reads or
+ * writes, and XLA may hand it to the wait at another address: NULL, any. */
+static void keep(jm_req *r, const jm_buffer *b) {
+  r->keep[r->nkeep++] = b->count ? b->data : NULL;
+}
 
 /* Undo a start whose MPI call failed: cancel what was posted (receives
  * must never write into buffers XLA reuses), free the slot. */
@@ -324,7 +338,7 @@ static XLA_FFI_Error *abandon(jm_call *c, jm_req *r, int rc) {
   release(r);
   pthread_mutex_unlock(&lock);
   XLA_FFI_Error *err = jm_mpi_failure(c, r->fn, r->peer_kind, r->peer, rc);
-  free(r);
+  req_free(r);
   return err;
 }
 
@@ -376,7 +390,7 @@ XLA_FFI_Error *jm_run_isend(jm_call *c) {
   jm_req *r;
   XLA_FFI_Error *err = begin(c, &r, "MPI_Isend", "dest", c->dest);
   if (err) return err;
-  keep(r, x->data);
+  keep(r, x);
   double t0 = jm_log_start();
   int rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dest, c->tag,
                     c->comm, &r->reqs[0]);
@@ -389,7 +403,7 @@ XLA_FFI_Error *jm_run_irecv(jm_call *c) {
   jm_req *r;
   XLA_FFI_Error *err = begin(c, &r, "MPI_Irecv", "source", c->source);
   if (err) return err;
-  keep(r, y->data);
+  keep(r, y);
   double t0 = jm_log_start();
   int rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->source, c->tag,
                     c->comm, &r->reqs[0]);
@@ -405,8 +419,8 @@ XLA_FFI_Error *jm_run_isendrecv(jm_call *c) {
   jm_req *r;
   XLA_FFI_Error *err = begin(c, &r, "MPI_Irecv", "source", c->source);
   if (err) return err;
-  keep(r, x->data);
-  keep(r, y->data);
+  keep(r, x);
+  keep(r, y);
   double t0 = jm_log_start();
   int rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->source,
                     c->recvtag, c->comm, &r->reqs[0]);
@@ -429,26 +443,43 @@ static int too_many(int64_t n) {
   return n > 0 && (n - 1) / jm_count.limit + 1 > JM_MAX_REQS;
 }
 
-XLA_FFI_Error *jm_run_iallreduce(jm_call *c) {
+/* Where a start receives `n` elements: an empty result may share its
+ * (empty) buffer's address with the input, which MPICH rejects as aliased
+ * buffers, so it gets an address of its own (nothing is written there). */
+static char empty_result;
+static void *recv_ptr(void *data, int64_t n) {
+  return n ? data : (void *)&empty_result;
+}
+
+/* An elementwise reduction over ranks (MPI_Iallreduce, MPI_Iscan,
+ * MPI_Iexscan), in chunks of at most the count limit. In place: the result
+ * is aliased to x (XLA copies x first where x is still needed). */
+typedef int jm_ireduction(const void *, void *, int, jm_Datatype, jm_Op,
+                          jm_Comm, jm_Request *);
+
+static XLA_FFI_Error *reduction(jm_call *c, const char *fn,
+                                jm_ireduction *call) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[1];
   JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
             "result must match the input's shape and dtype");
   if (too_many(x->count)) return too_many_chunks(c, x->count);
   jm_req *r;
-  XLA_FFI_Error *err = begin(c, &r, "MPI_Iallreduce", NULL, 0);
+  XLA_FFI_Error *err = begin(c, &r, fn, NULL, 0);
   if (err) return err;
   r->collective = 1;
-  keep(r, y->data);
-  /* In place: the result is aliased to x (XLA copies x first where x is
-   * still needed). */
+  keep(r, y);
   const void *s = x->data == y->data && x->count ? jm_const.in_place : x->data;
   double t0 = jm_log_start();
   int rc = 0;
   JM_CHUNKS(r, x->count, x->elsize,
-            jm_mpi.Iallreduce(offset(s, off, x->elsize),
-                              (void *)offset(y->data, off, x->elsize), cn,
-                              x->mpi, c->op, c->comm, rq));
+            call(offset(s, off, x->elsize),
+                 recv_ptr((void *)offset(y->data, off, x->elsize), m), cn,
+                 x->mpi, c->op, c->comm, rq));
   return post(c, r, rc, t0);
+}
+
+XLA_FFI_Error *jm_run_iallreduce(jm_call *c) {
+  return reduction(c, "MPI_Iallreduce", jm_mpi.Iallreduce);
 }
 
 XLA_FFI_Error *jm_run_ibcast(jm_call *c) {
@@ -462,7 +493,7 @@ XLA_FFI_Error *jm_run_ibcast(jm_call *c) {
   XLA_FFI_Error *err = begin(c, &r, "MPI_Ibcast", "root", c->root);
   if (err) return err;
   r->collective = 1;
-  keep(r, y->data);
+  keep(r, y);
   double t0 = jm_log_start();
   int rc = 0;
   JM_CHUNKS(r, x->count, x->elsize,
@@ -498,7 +529,7 @@ XLA_FFI_Error *jm_run_ireduce(jm_call *c) {
   XLA_FFI_Error *err = begin(c, &r, "MPI_Ireduce", "root", c->root);
   if (err) return err;
   r->collective = 1;
-  keep(r, y->data);
+  keep(r, y);
   /* y is x's buffer (aliased): the root reduces in place; elsewhere it is
    * only sent from, and the result is x passed through, as reduce does. */
   const void *s = root && x->count ? jm_const.in_place : y->data;
@@ -513,23 +544,13 @@ XLA_FFI_Error *jm_run_ireduce(jm_call *c) {
 }
 
 XLA_FFI_Error *jm_run_iscan(jm_call *c) {
-  jm_buffer *x = &c->arg[0], *y = &c->ret[1];
-  JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
-            "result must match the input's shape and dtype");
-  if (too_many(x->count)) return too_many_chunks(c, x->count);
-  jm_req *r;
-  XLA_FFI_Error *err = begin(c, &r, "MPI_Iscan", NULL, 0);
-  if (err) return err;
-  r->collective = 1;
-  keep(r, y->data);
-  const void *s = x->data == y->data && x->count ? jm_const.in_place : x->data;
-  double t0 = jm_log_start();
-  int rc = 0;
-  JM_CHUNKS(r, x->count, x->elsize,
-            jm_mpi.Iscan(offset(s, off, x->elsize),
-                         (void *)offset(y->data, off, x->elsize), cn, x->mpi,
-                         c->op, c->comm, rq));
-  return post(c, r, rc, t0);
+  return reduction(c, "MPI_Iscan", jm_mpi.Iscan);
+}
+
+/* Rank 0's result, which MPI leaves undefined, is the op's identity,
+ * written after the wait (_nonblocking.py), as exscan's lowering does. */
+XLA_FFI_Error *jm_run_iexscan(jm_call *c) {
+  return reduction(c, "MPI_Iexscan", jm_mpi.Iexscan);
 }
 
 /* gather: the root's results [xs (x's own buffer), y (size blocks)];
@@ -547,8 +568,8 @@ XLA_FFI_Error *jm_run_igather(jm_call *c) {
   XLA_FFI_Error *err = begin(c, &r, "MPI_Igather", "root", c->root);
   if (err) return err;
   r->collective = 1;
-  keep(r, x->data);
-  if (root) keep(r, y->data);
+  keep(r, x);
+  if (root) keep(r, y);
   double t0 = jm_log_start();
   int rc = jm_mpi.Igather(x->data, (int)x->count, x->mpi,
                           root ? y->data : NULL, (int)x->count, x->mpi,
@@ -572,8 +593,8 @@ XLA_FFI_Error *jm_run_iscatter(jm_call *c) {
   XLA_FFI_Error *err = begin(c, &r, "MPI_Iscatter", "root", c->root);
   if (err) return err;
   r->collective = 1;
-  if (root) keep(r, x->data);
-  keep(r, y->data);
+  if (root) keep(r, x);
+  keep(r, y);
   double t0 = jm_log_start();
   int rc = jm_mpi.Iscatter(root ? x->data : NULL, (int)y->count, y->mpi,
                            y->data, (int)y->count, y->mpi, c->root, c->comm,
@@ -596,8 +617,8 @@ static XLA_FFI_Error *all_to_all(jm_call *c, int gather) {
       begin(c, &r, gather ? "MPI_Iallgather" : "MPI_Ialltoall", NULL, 0);
   if (err) return err;
   r->collective = 1;
-  keep(r, x->data);
-  keep(r, y->data);
+  keep(r, x);
+  keep(r, y);
   double t0 = jm_log_start();
   int rc = gather ? jm_mpi.Iallgather(x->data, (int)block, x->mpi, y->data,
                                       (int)block, x->mpi, c->comm, &r->reqs[0])
@@ -609,6 +630,62 @@ static XLA_FFI_Error *all_to_all(jm_call *c, int gather) {
 
 XLA_FFI_Error *jm_run_iallgather(jm_call *c) { return all_to_all(c, 1); }
 XLA_FFI_Error *jm_run_ialltoall(jm_call *c) { return all_to_all(c, 0); }
+
+/* reduce_scatter: results [xs (x's own buffer, sent from), y (this rank's
+ * block)]. Never in place: MPI_IN_PLACE would take the input from the
+ * (smaller) result buffer. Equal blocks: */
+XLA_FFI_Error *jm_run_ireduce_scatter_block(jm_call *c) {
+  jm_buffer *x = &c->ret[1], *y = &c->ret[2];
+  JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count * (int64_t)c->size,
+            "the input must hold size x result elements");
+  if (y->count > jm_count.limit) return over_limit(c, y->count);
+  jm_req *r;
+  XLA_FFI_Error *err = begin(c, &r, "MPI_Ireduce_scatter_block", NULL, 0);
+  if (err) return err;
+  r->collective = 1;
+  keep(r, x);
+  keep(r, y);
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Ireduce_scatter_block(x->data, recv_ptr(y->data, y->count),
+                                        (int)y->count, y->mpi, c->op, c->comm,
+                                        &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+/* counts[r] rows to rank r (collectives.c's plan); MPI reads the int
+ * counts until the request completes: the request owns them. */
+XLA_FFI_Error *jm_run_ireduce_scatter(jm_call *c) {
+  jm_buffer *x = &c->ret[1], *y = &c->ret[2];
+  const size_t n = (size_t)c->size;
+  char *mem = malloc(n * (sizeof(int64_t) + sizeof(int)));
+  if (!mem)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "out of memory for %d counts", c->size);
+  int64_t *counts = (int64_t *)(void *)mem;
+  int *ints = (int *)(void *)(mem + n * sizeof(int64_t));
+  XLA_FFI_Error *err = jm_reduce_scatter_counts(c, x, y, counts);
+  for (int j = 0; j < c->size && !err; j++) {
+    /* Every rank has the same counts: all fail alike, before MPI. */
+    if (counts[j] > jm_count.limit) err = over_limit(c, counts[j]);
+    ints[j] = (int)counts[j];
+  }
+  jm_req *r = NULL;
+  if (!err) err = begin(c, &r, "MPI_Ireduce_scatter", NULL, 0);
+  if (err) {
+    free(mem);
+    return err;
+  }
+  r->collective = 1;
+  r->mem = mem;
+  keep(r, x);
+  keep(r, y);
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Ireduce_scatter(x->data, recv_ptr(y->data, y->count), ints,
+                                  y->mpi, c->op, c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
 
 /* Pair i sends xs[i] to dests[i] and receives ys[i] from sources[i], both
  * with tag + i. Results [xs' (the sends' own buffers), ys]. */
@@ -623,8 +700,8 @@ XLA_FFI_Error *jm_run_ineighbor_exchange(jm_call *c) {
   jm_req *r;
   XLA_FFI_Error *err = begin(c, &r, "MPI_Irecv", "source", 0);
   if (err) return err;
-  for (int i = 0; i < n; i++) keep(r, c->ret[1 + i].data);
-  for (int i = 0; i < n; i++) keep(r, c->ret[1 + n + i].data);
+  for (int i = 0; i < n; i++) keep(r, &c->ret[1 + i]);
+  for (int i = 0; i < n; i++) keep(r, &c->ret[1 + n + i]);
   double t0 = jm_log_start();
   int rc = 0;
   for (int i = 0; i < n && !rc; i++) {
@@ -673,7 +750,7 @@ static XLA_FFI_Error *finish_here(jm_req *r) {
     r->complete = 1;
   }
   XLA_FFI_Error *err = finish(r);
-  free(r);
+  req_free(r);
   return err;
 }
 
@@ -730,7 +807,8 @@ XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame) {
   }
   r->state = R_WAITING;
   int moved = nbufs != r->nkeep;
-  for (int i = 0; !moved && i < nbufs; i++) moved = bufs[i] != r->keep[i];
+  for (int i = 0; !moved && i < nbufs; i++)
+    moved = r->keep[i] && bufs[i] != r->keep[i];
   int async = !moved && !r->complete && atomic_load(&async_on) &&
               api_has_futures(api);
   if (async) {
@@ -750,7 +828,7 @@ XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame) {
           "the wait received other buffers than the request uses (XLA "
           "copied one: the request's buffers must reach its wait untouched; "
           "please report this with the program)");
-      free(r);
+      req_free(r);
       return err;
     }
     return finish_here(r);

@@ -174,6 +174,16 @@ MUTANTS = [
            '"igather": _rooted_axes([0, 1], [0]),',
            '"igather": _rooted_axes([0, 0], [0]),',
            "vmap of igather says the root's result is batched in front", (NB,)),
+    Mutant("c-ireduce-scatter-counts-reversed", "csrc/request.c",
+           "    ints[j] = (int)counts[j];\n",
+           "    ints[j] = (int)counts[c->size - 1 - j];\n",
+           "ireduce_scatter gives rank r the block of counts[size - 1 - r]",
+           (NB,), select="reducing"),
+    Mutant("py-iexscan-no-identity", "src/jaxmpi/_nonblocking.py",
+           '_AFTER_WAIT = {"iexscan": _identity_on_rank_0}',
+           "_AFTER_WAIT = {}",
+           "iexscan leaves rank 0 the result MPI leaves undefined", (NB,),
+           select="reducing"),
     # ---- the collectives of issue 12 -----------------------------------------
     Mutant("py-reduce-scatter-max-ties", "src/jaxmpi/_ops.py",
            "        mask = x == _gather_blocks(y, comm, counts)\n"

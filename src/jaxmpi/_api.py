@@ -870,12 +870,7 @@ def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
     info, tok = _begin(fn, comm, token)
     x = v.array(x, fn)
     opinfo = v.reduction_op(op, x.dtype, fn, _core.get().half_ops)
-    if counts is None:
-        v.leading_dim(x, fn, "x", info.size)
-    else:
-        counts = v.counts_arg(counts, fn, "counts", info)
-        v.rows_arg(x, fn, "x", sum(counts),
-                   f"sum(counts)={sum(counts)} (counts={list(counts)})")
+    counts = v.reduce_scatter_counts(x, counts, fn, info)
     _join(tok)
     return _ops.reduce_scatter_p.bind(x, comm=info, op=opinfo,
                                       counts=counts)[0]
@@ -933,13 +928,7 @@ def exscan(x, op, *, comm=None, token=None):
             y, token = jaxmpi.exscan(x, MPI.SUM)   # token API
     """
     info, x, opinfo = _reduction("exscan", x, op, comm, token)
-    if opinfo.name == "user-defined op":
-        raise TypeError(
-            "exscan: op is a user-defined MPI.Op; exscan needs a predefined "
-            "op (MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, logical or bitwise), "
-            "whose identity jaxmpi gives rank 0 (MPI leaves rank 0's result "
-            "undefined)"
-        )
+    v.predefined_op(opinfo, "exscan")
     return _ops.exscan_p.bind(x, comm=info, op=opinfo)[0]
 
 

@@ -399,7 +399,8 @@ def check_table(table: dict, primitives, starts) -> None:
     for what, c_names, py_names in (("blocking ops", c_ops,
                                      set(primitives) | set(_ops.EXTRA_TARGETS)),
                                     ("non-blocking starts", c_starts,
-                                     set(starts))):
+                                     set(starts) |
+                                     set(_nonblocking.EXTRA_TARGETS))):
         if c_names != py_names:
             problems.append(
                 f"{what}: only in C {sorted(c_names - py_names)}, only in "

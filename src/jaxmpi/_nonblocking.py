@@ -188,13 +188,17 @@ class _Spec:
 
 
 START: dict[str, Primitive] = {}
+# C starts that a start primitive's lowering picks besides its own name
+# (ireduce_scatter_p: equal blocks go to ireduce_scatter_block).
+EXTRA_TARGETS = ("ireduce_scatter_block",)
 _BACKWARD: dict[str, object] = {}
 
 
-def _define_start(name, bufs_rule, aliases):
+def _define_start(name, bufs_rule, aliases, target=None):
     """Start primitive jaxmpi_<name>: results [handle, *bufs_rule(...)]
     (`aliases`: operand -> buffer index, each buffer sharing its operand's
-    memory)."""
+    memory; `target`: a function of the parameters giving the C start to
+    call where that is not `name`, one of EXTRA_TARGETS)."""
     prim = Primitive(f"jaxmpi_{name}")
     prim.multiple_results = True
 
@@ -207,22 +211,25 @@ def _define_start(name, bufs_rule, aliases):
     prim.def_effectful_abstract_eval(
         lambda *avals, rid, **params: ([HANDLE, *bufs_rule(*avals, **params)],
                                        {mpi_effect}))
-    def rule_for(aliases):
+    def rule_for(aliases, c_name=name):
         return jax.ffi.ffi_lowering(
-            f"jaxmpi_{name}", has_side_effect=True,
+            f"jaxmpi_{c_name}", has_side_effect=True,
             operand_output_aliases={i: 1 + o for i, o in aliases.items()})
 
-    fixed = None if callable(aliases) else rule_for(aliases)
+    fixed = None if callable(aliases) or target else rule_for(aliases)
 
     def lowering(ctx, *operands, rid, **params):
-        rule = fixed or rule_for(aliases(len(operands), **params))
+        rule = fixed or rule_for(
+            aliases(len(operands), **params) if callable(aliases) else aliases,
+            target(**params) if target else name)
         if rid in _dropped:
             raise RuntimeError(
                 f"jaxmpi.{name}: {_dropped.pop(rid)} was never waited in the "
                 "function that started it: pass it to jaxmpi.wait (or "
                 "waitall) there.")
-        return lower_with_token(ctx, rule, *operands,
-                                **_ops._attributes(params))
+        # A parameter that is None (counts of equal blocks) is no attribute.
+        return lower_with_token(ctx, rule, *operands, **_ops._attributes(
+            {k: p for k, p in params.items() if p is not None}))
 
     mlir.register_lowering(prim, lowering, platform="cpu")
 
@@ -602,6 +609,27 @@ _spec("iscan", (0,))
 _JVP_CHECKS["iscan"] = _sum_check("iscan")
 _BACKWARD["iscan"] = _blocking_backward(_ops.scan_p)
 
+# iexscan: buffers [y] (in place). MPI leaves rank 0's result undefined: the
+# wait gives it the op's identity, as exscan does (_AFTER_WAIT).
+iexscan_p = _define_start("iexscan", lambda x, *, comm, op: [x], {0: 0})
+_spec("iexscan", (0,))
+_JVP_CHECKS["iexscan"] = _sum_check("iexscan")
+_BACKWARD["iexscan"] = _blocking_backward(_ops.exscan_p)
+
+
+def _identity_on_rank_0(outs, spec):
+    """exscan's rank 0 result: the op's identity (a constant of the trace:
+    its tangent is zero and its cotangent goes nowhere, as exscan's)."""
+    comm, op = spec.param("comm"), spec.param("op")
+    if comm.rank != 0:
+        return outs
+    return [jnp.full(y.shape, _ops.exscan_identity(op.name, y.dtype), y.dtype)
+            for y in outs]
+
+
+# What the wait does with its results before returning them, per op.
+_AFTER_WAIT = {"iexscan": _identity_on_rank_0}
+
 # igather: root buffers [x, y (size, *x.shape)], result y; elsewhere [x],
 # passed through.
 _b, _a, _r = _rooted(lambda x, comm: _ops._aval((comm.size, *x.shape), x.dtype))
@@ -628,6 +656,30 @@ _BACKWARD["iallgather"] = _blocking_backward(_ops.allgather_p)
 ialltoall_p = _define_start("ialltoall", lambda x, *, comm: [x, x], {0: 0})
 _spec("ialltoall", (1,))
 _BACKWARD["ialltoall"] = _blocking_backward(_ops.alltoall_p)
+
+# ireduce_scatter: buffers [x, y (this rank's block)], result y; out of
+# place, as reduce_scatter. Equal blocks start MPI_Ireduce_scatter_block
+# (the C start ireduce_scatter_block), counts MPI_Ireduce_scatter.
+ireduce_scatter_p = _define_start(
+    "ireduce_scatter",
+    lambda x, *, comm, op, counts: [x, *_ops._reduce_scatter_shape(
+        x, comm=comm, op=op, counts=counts)],
+    {0: 0},
+    target=lambda *, counts, **_: ("ireduce_scatter_block" if counts is None
+                                   else "ireduce_scatter"))
+_spec("ireduce_scatter", (1,))
+
+
+def _ireduce_scatter_check(*, op, **_):
+    if op.name != "SUM":
+        raise NotImplementedError(
+            f"jaxmpi.ireduce_scatter: derivatives are defined for MPI.SUM "
+            f"only, not {op} (the blocking reduce_scatter also has PROD, MAX "
+            "and MIN)")
+
+
+_JVP_CHECKS["ireduce_scatter"] = _ireduce_scatter_check
+_BACKWARD["ireduce_scatter"] = _blocking_backward(_ops.reduce_scatter_p)
 
 # ineighbor_exchange: buffers [*xs, *ys], results ys. Backward: the blocking
 # exchange reversed (posts all its messages at once, so it cannot deadlock
@@ -681,6 +733,10 @@ _BATCH_AXES = {
     "iscatter": _rooted_axes([1, 0], [0], 1),         # [x (size, n, ...), y]
     "iallgather": lambda **_: (0, [0, 1]),            # [x, y (size, n, ...)]
     "ialltoall": lambda **_: (1, [1, 1]),             # [x, y] (size, n, ...)
+    # [x (rows, n, ...), y]: y is (n, ...) for equal blocks, else (rows, n,
+    # ...), as reduce_scatter's batching rule.
+    "ireduce_scatter": lambda *, counts, **_: (
+        1, [1, 0 if counts is None else 1]),
 }
 
 for _name, _prim in START.items():
@@ -1284,6 +1340,173 @@ def iscan(x, op, *, comm=None, token=None) -> Request:
     return _start("iscan", (x,), dict(comm=info, op=opinfo))
 
 
+def iexscan(x, op, *, comm=None, token=None) -> Request:
+    """Start an exclusive prefix reduction: rank r gets ``op`` over ranks
+    0..r-1; rank 0 gets the identity of ``op``.
+
+    MPI_Iexscan. The non-blocking form of ``exscan``; it matches only
+    ``iexscan`` on the other ranks. MPI leaves rank 0's result undefined;
+    the wait gives it the identity, as ``exscan`` does: zeros for
+    ``MPI.SUM`` (and ``BOR``, ``BXOR``, ``LOR``, ``LXOR``), ones for
+    ``MPI.PROD`` (and ``LAND``), all bits set for ``BAND``, the dtype's
+    lowest value for ``MPI.MAX`` and its highest for ``MPI.MIN``.
+
+    Args:
+        x: the array to reduce, the same shape and dtype on every rank.
+            Reduced in place in the request's buffer (XLA copies ``x``
+            first where it is still used after the start).
+        op: a predefined mpi4py reduction op (``MPI.SUM``, ``MPI.PROD``,
+            ``MPI.MAX``, ``MPI.MIN``, the logical and bitwise ops for
+            integers and bool); not a user-defined ``MPI.Op``, whose
+            identity jaxmpi cannot know. Derivatives: ``MPI.SUM`` only.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Iexscan in flight and its buffer;
+        ``wait`` on it returns an array of ``x``'s shape and dtype: ``op``
+        over the ``x`` of ranks 0 to this rank - 1 (on rank 0, the identity
+        of ``op``).
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), ``op`` is not defined for the dtype or is
+            user-defined, ``comm`` is not an intracommunicator, or
+            ``token`` is not a token.
+        ValueError: an array lives on more than one device (jaxmpi needs one
+            JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating with an ``op`` other than
+            ``MPI.SUM``.
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); 4096 requests of this process
+            already in flight (``RESOURCE_EXHAUSTED``); a count the
+            non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 4``, the offset of each rank's rows::
+
+            req = mpx.iexscan(jnp.array(n_local), MPI.SUM)
+            z = compute(w)
+            offset = mpx.wait(req)                # rank 0: 0
+            y = mpx.wait(mpx.iexscan(jnp.ones(2), MPI.SUM))  # rank r: [r, r]
+            req, token = jaxmpi.iexscan(x, MPI.SUM)          # token API
+            y, token = jaxmpi.wait(req, token=token)
+    """
+    info, tok, x, opinfo = _reduction_start("iexscan", x, op, comm, token)
+    v.predefined_op(opinfo, "iexscan")
+    _ops_join(tok)
+    return _start("iexscan", (x,), dict(comm=info, op=opinfo))
+
+
+def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
+    """Start reducing ``x`` over all ranks with ``op`` and scattering the
+    result: rank r gets the reduction of every rank's block r.
+
+    MPI_Ireduce_scatter_block (without ``counts``) or MPI_Ireduce_scatter
+    (with ``counts``). The non-blocking form of ``reduce_scatter``; it
+    matches only ``ireduce_scatter`` (of the same form) on the other ranks.
+
+    Args:
+        x: without ``counts``, an array of shape ``(size, *s)`` whose row r
+            is the block for rank r; with ``counts``, an array of
+            ``sum(counts)`` rows along axis 0, block r being the
+            ``counts[r]`` rows after those of ranks 0..r-1. The same shape
+            and dtype on every rank. The request sends from its own buffer
+            (XLA copies ``x`` first where it is still used after the
+            start). At most ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``)
+            elements per block.
+        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
+            ``allreduce``. Derivatives: ``MPI.SUM`` only (the blocking
+            ``reduce_scatter`` also has ``PROD``, ``MAX`` and ``MIN``).
+        counts: optional static sequence of ints, one per rank, equal on
+            every rank (zeros allowed): how many rows of the result each
+            rank gets.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Ireduce_scatter_block (or
+        MPI_Ireduce_scatter) in flight and its buffers; ``wait`` on it
+        returns, without ``counts``, an array of shape ``x.shape[1:]``:
+        ``op`` over every rank's ``x[rank]``; with ``counts``, an array of
+        shape ``(counts[rank], *x.shape[1:])``: ``op`` over every rank's
+        block ``rank``.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), ``counts`` is not a static sequence of ints,
+            ``op`` is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: ``x.shape[0]`` is not the communicator's size (no
+            ``counts``) or ``sum(counts)``; ``counts`` has not one entry per
+            rank or a negative entry; an array lives on more than one
+            device (jaxmpi needs one JAX device per process).
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating with an ``op`` other than
+            ``MPI.SUM``.
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call, ``counts``
+            included (``FAILED_PRECONDITION``); 4096 requests of this
+            process already in flight (``RESOURCE_EXHAUSTED``); a block
+            the non-blocking form cannot post (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 2``, a gradient summed over ranks, each keeping its
+        slice::
+
+            x = jnp.array([[1., 2.], [3., 4.]]) * (rank + 1)
+            req = mpx.ireduce_scatter(x, MPI.SUM)
+            z = compute(w)
+            y = mpx.wait(req)                # rank 0: [3. 6.], rank 1: [9. 12.]
+            y = mpx.wait(mpx.ireduce_scatter(jnp.arange(3.) * (rank + 1),
+                                             MPI.SUM, counts=(1, 2)))
+            # rank 0: [0.], rank 1: [3. 6.]
+            req, token = jaxmpi.ireduce_scatter(x, MPI.SUM)   # token API
+            y, token = jaxmpi.wait(req, token=token)
+    """
+    fn = "ireduce_scatter"
+    info, tok, x, opinfo = _reduction_start(fn, x, op, comm, token)
+    counts = v.reduce_scatter_counts(x, counts, fn, info)
+    _ops_join(tok)
+    return _start(fn, (x,), dict(comm=info, op=opinfo, counts=counts))
+
+
 def igather(x, root, *, comm=None, token=None) -> Request:
     """Start gathering every rank's ``x`` on the root, stacked along a new
     axis 0.
@@ -1726,6 +1949,9 @@ def wait(request, *, token=None):
     _ops_join(tok)
     state.waited = True
     outs = wait_p.bind(request._handle, *request._bufs, spec=request._spec)
+    after = _AFTER_WAIT.get(request._spec.op)
+    if after is not None:
+        outs = after(outs, request._spec)
     if request._spec.op == "ineighbor_exchange":
         return tuple(outs)
     return outs[0] if outs else None
@@ -1785,5 +2011,6 @@ def waitall(requests, *, token=None):
 # jaxmpi.notoken are made from it.
 __all__ = ["isend", "irecv", "isendrecv", "iallreduce", "ibcast", "ibarrier",
            "ireduce", "iscan", "igather", "iscatter", "iallgather",
-           "ialltoall", "ineighbor_exchange", "wait", "waitall", "Request"]
+           "ialltoall", "ineighbor_exchange", "iexscan", "ireduce_scatter",
+           "wait", "waitall", "Request"]
 OPERATIONS = tuple(n for n in __all__ if n != "Request")

@@ -435,3 +435,27 @@ def rows_arg(x, fn: str, name: str, rows: int, why: str) -> None:
         raise ValueError(
             f"{fn}: {name} has {x.shape[0]} rows (shape {tuple(x.shape)}) "
             f"but {why}: the count and the array disagree")
+
+
+def predefined_op(opinfo: OpInfo, fn: str) -> None:
+    """exscan's op (and iexscan's): rank 0 gets the op's identity, which
+    jaxmpi knows for the predefined ops only."""
+    if opinfo.name == "user-defined op":
+        raise TypeError(
+            f"{fn}: op is a user-defined MPI.Op; {fn} needs a predefined op "
+            "(MPI.SUM, MPI.PROD, MPI.MAX, MPI.MIN, logical or bitwise), "
+            "whose identity jaxmpi gives rank 0 (MPI leaves rank 0's result "
+            "undefined)")
+
+
+def reduce_scatter_counts(x, counts, fn: str, comm: CommInfo):
+    """reduce_scatter's x and counts (and ireduce_scatter's): without
+    counts, x has one row per rank (None returned); with them, sum(counts)
+    rows (the counts returned as a tuple)."""
+    if counts is None:
+        leading_dim(x, fn, "x", comm.size)
+        return None
+    counts = counts_arg(counts, fn, "counts", comm)
+    rows_arg(x, fn, "x", sum(counts),
+             f"sum(counts)={sum(counts)} (counts={list(counts)})")
+    return counts

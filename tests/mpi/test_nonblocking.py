@@ -11,11 +11,15 @@ from mpi4py import MPI
 
 import jaxmpi
 from jaxmpi import notoken as mpx
-from util import (DOWN, DTYPE_IDS, DTYPES, LEFT, MODES, RANK, REDUCTION_CASES,
-                  REDUCTION_IDS, RIGHT, SIZE, UP, Later, all_data, check, data,
-                  on_line, reduce_ref, run)
+from util import (COUNTS, DOWN, DTYPE_IDS, DTYPES, LEFT, MODES, RANK,
+                  REDUCTION_CASES, REDUCTION_IDS, RIGHT, SIZE, UP, Later,
+                  all_data, check, data, exscan_ref, on_line, reduce_ref, run)
 
 SHAPE = (4, 3)
+# reduce_scatter's counts (uneven, a zero from 2 ranks on): block r of an
+# input of NV rows is its rows LO:HI on rank r.
+NV = sum(COUNTS)
+LO, HI = sum(COUNTS[:RANK]), sum(COUNTS[:RANK + 1])
 
 
 def ring(a):
@@ -69,12 +73,45 @@ def test_isendrecv_line_both_ways(mode):
     later.done()
 
 
+# The reducing collectives that take every predefined op: the start, its
+# blocking twin, the input's shape and the NumPy reference (from every
+# rank's input, in rank order).
+REDUCING = {
+    "iallreduce": (mpx.iallreduce, mpx.allreduce, SHAPE, reduce_ref),
+    "iexscan": (mpx.iexscan, mpx.exscan, SHAPE, exscan_ref),
+    "ireduce_scatter": (
+        mpx.ireduce_scatter, mpx.reduce_scatter, (SIZE, *SHAPE),
+        lambda xs, *a: reduce_ref([x[RANK] for x in xs], *a)),
+    "ireduce_scatter counts": (
+        lambda x, op: mpx.ireduce_scatter(x, op, counts=COUNTS),
+        lambda x, op: mpx.reduce_scatter(x, op, counts=COUNTS), (NV, 3),
+        lambda xs, *a: reduce_ref([x[LO:HI] for x in xs], *a)),
+}
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("dtype,opname", REDUCTION_CASES, ids=REDUCTION_IDS)
-def test_iallreduce(dtype, opname, mode):
-    x = jnp.asarray(data(RANK, SHAPE, dtype, small=True))
-    y = run(mode, lambda a: mpx.wait(mpx.iallreduce(a, getattr(MPI, opname))), x)
-    check(y, reduce_ref(all_data(SHAPE, dtype, small=True), opname, dtype))
+def test_reducing_collectives(dtype, opname, mode):
+    # Every request in flight at once, the blocking ops run meanwhile; each
+    # result equals NumPy's and the blocking op's on every rank.
+    op = getattr(MPI, opname)
+    xs = {name: all_data(shape, dtype, small=True, seed=k)
+          for k, (name, (_, _, shape, _)) in enumerate(REDUCING.items())}
+
+    def f(inputs):
+        reqs = [start(inputs[name], op)
+                for name, (start, _, _, _) in REDUCING.items()]
+        blocking = [twin(inputs[name], op)
+                    for name, (_, twin, _, _) in REDUCING.items()]
+        return mpx.waitall(reqs), blocking
+
+    got, blocking = run(mode, f, {name: jnp.asarray(x[RANK])
+                                  for name, x in xs.items()})
+    later = Later()
+    for (name, (_, _, _, ref)), y, b in zip(REDUCING.items(), got, blocking):
+        later.check(y, ref(xs[name], opname, dtype), name)
+        later.check(y, b, f"{name} against the blocking op")
+    later.done()
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -144,6 +181,47 @@ def test_fori_loop_iallreduce_overlapping_compute():
     y, _ = jax.jit(lambda a: jax.lax.fori_loop(0, 3, body, (a, 0.0)))(x)
     mean = reduce_ref(all_data(SHAPE, np.float64), "SUM", np.float64) / SIZE
     np.testing.assert_allclose(np.asarray(y), mean, rtol=1e-12)
+
+
+def _reducing_loop(nonblocking):
+    """A loop whose (SIZE, 2) carry goes through exscan and both forms of
+    reduce_scatter each step, with independent work while the requests are
+    in flight."""
+    def body(_, carry):
+        c, acc = carry
+        v = jnp.tile(c, (2, 1))[:NV]  # NV <= 2 * SIZE rows
+        if nonblocking:
+            reqs = [mpx.iexscan(c, MPI.SUM), mpx.ireduce_scatter(c, MPI.SUM),
+                    mpx.ireduce_scatter(v, MPI.SUM, counts=COUNTS)]
+            acc = acc + jnp.sum(c * c)  # while in flight
+            e, y, yv = mpx.waitall(reqs)
+        else:
+            e, y, yv = (mpx.exscan(c, MPI.SUM), mpx.reduce_scatter(c, MPI.SUM),
+                        mpx.reduce_scatter(v, MPI.SUM, counts=COUNTS))
+            acc = acc + jnp.sum(c * c)
+        return e + c * (RANK + 1) + y + yv.sum(0), acc
+
+    return jax.jit(lambda c: jax.lax.fori_loop(0, 3, body, (c, 0 * c[0, 0])))
+
+
+def test_fori_loop_iexscan_ireduce_scatter_equal_blocking_and_numpy():
+    x0 = all_data((SIZE, 2), np.int64)
+    got, acc = _reducing_loop(True)(x0[RANK])
+    ref, ref_acc = _reducing_loop(False)(x0[RANK])
+    cs, accs = [a.copy() for a in x0], [0] * SIZE
+    lo = np.cumsum((0,) + COUNTS)
+    for _ in range(3):
+        accs = [accs[r] + int(np.sum(cs[r] * cs[r])) for r in range(SIZE)]
+        total = sum(cs)
+        vtotal = sum(np.tile(c, (2, 1))[:NV] for c in cs)
+        cs = [sum(cs[:r], np.zeros_like(cs[0])) + cs[r] * (r + 1) + total[r]
+              + vtotal[lo[r]:lo[r + 1]].sum(0) for r in range(SIZE)]
+    later = Later()
+    later.check(got, cs[RANK], "NumPy")
+    later.check(got, ref, "blocking")
+    later.equal(acc, accs[RANK], "work while in flight")
+    later.equal(acc, ref_acc)
+    later.done()
 
 
 # ---- the request's buffers stay untouched until the wait --------------------
@@ -434,11 +512,15 @@ def test_grad_iallreduce_sum_adjoint():
     check(g, 2 * np.asarray(x) * SIZE * (SIZE + 1) / 2)
 
 
-def test_grad_of_non_sum_is_clear():
-    with pytest.raises(NotImplementedError, match=r"iallreduce: derivatives "
+@pytest.mark.parametrize("name,opname", [("iallreduce", "MAX"),
+                                         ("iexscan", "PROD"),
+                                         ("ireduce_scatter", "MAX")])
+def test_grad_of_non_sum_is_clear(name, opname):
+    start = getattr(mpx, name)
+    with pytest.raises(NotImplementedError, match=rf"{name}: derivatives "
                        r"are defined for MPI.SUM only"):
-        jax.grad(lambda a: mpx.wait(mpx.iallreduce(a, MPI.MAX)).sum())(
-            jnp.ones(2))
+        jax.grad(lambda a: mpx.wait(start(a, getattr(MPI, opname))).sum())(
+            jnp.ones((SIZE, 2)))
 
 
 def test_vmap_equals_loop():
@@ -556,6 +638,11 @@ def _collectives(nonblocking):
             lambda name: getattr(mpx, name))
         r = w(i("reduce")(x * x, MPI.SUM, root))
         s = w(i("scan")(jnp.sin(x), MPI.SUM))
+        e = w(i("exscan")(x * s, MPI.SUM))
+        rs = w(i("reduce_scatter")(jnp.stack([x * (k + 2) for k in range(SIZE)])
+                                   * s, MPI.SUM))
+        rv = w(i("reduce_scatter")(jnp.resize(x * e, (NV,)), MPI.SUM,
+                                   counts=COUNTS))
         g = w(i("gather")(x * r, root))
         blocks = jnp.stack([x * (k + 1) for k in range(SIZE)])
         sc = w(i("scatter")(blocks if RANK == root else x, root))
@@ -563,7 +650,9 @@ def _collectives(nonblocking):
         at = w(i("alltoall")(blocks * x))
         (nx,) = w(i("neighbor_exchange")([x * 3], [x], [LEFT], [RIGHT]))
         return (jnp.sum(r * (RANK + 1)) + jnp.sum(g) + jnp.sum(sc * x)
-                + jnp.sum(ag * (RANK + 2)) + jnp.sum(at * at) + jnp.sum(nx * x))
+                + jnp.sum(ag * (RANK + 2)) + jnp.sum(at * at) + jnp.sum(nx * x)
+                + jnp.sum(e * e * (RANK + 3)) + jnp.sum(rs * (RANK + 1))
+                + jnp.sum(rv * rv))
 
     return f
 
@@ -587,11 +676,18 @@ def test_vmap_reduce_scan_exchange_equal_loop():
         r = mpx.wait(mpx.ireduce(a, MPI.SUM, 0))
         s = mpx.wait(mpx.iscan(a, MPI.SUM))
         (n,) = mpx.wait(mpx.ineighbor_exchange([a], [a], [LEFT], [RIGHT]))
-        return r + 2 * s + 3 * n
+        e = mpx.wait(mpx.iexscan(a, MPI.MAX))
+        return r + 2 * s + 3 * n, e
 
     got = jax.jit(jax.vmap(f))(xs)
-    ref = jnp.stack([jax.jit(f)(xs[i]) for i in range(3)])
-    check(got, np.asarray(ref))
+    refs = [jax.jit(f)(xs[i]) for i in range(3)]
+    later = Later()
+    for k, g in enumerate(got):
+        later.check(g, np.stack([np.asarray(r[k]) for r in refs]), f"#{k}")
+    later.check(got[1], np.stack([exscan_ref(
+        all_data(SHAPE, np.float64, seed=s), "MAX", np.float64)
+        for s in range(3)]), "iexscan against NumPy")
+    later.done()
 
 
 def test_vmap_of_grad_and_jvp_of_gather_family_equal_blocking():
@@ -605,11 +701,14 @@ def test_vmap_of_grad_and_jvp_of_gather_family_equal_blocking():
                 g, t = mpx.wait(mpx.iallgather(a)), mpx.wait(mpx.ialltoall(a))
                 r = mpx.wait(mpx.igather(a, SIZE - 1))
                 s = mpx.wait(mpx.iscatter(a if RANK == SIZE - 1 else a[0], SIZE - 1))
+                rs = mpx.wait(mpx.ireduce_scatter(a * a, MPI.SUM))
             else:
                 g, t, r = mpx.allgather(a), mpx.alltoall(a), mpx.gather(a, SIZE - 1)
                 s = mpx.scatter(a if RANK == SIZE - 1 else a[0], SIZE - 1)
+                rs = mpx.reduce_scatter(a * a, MPI.SUM)
             return ((g * w).sum() + (t * w[0]).sum()
-                    + (r * (w if RANK == SIZE - 1 else 1.0)).sum() + (s * w[0, 0]).sum())
+                    + (r * (w if RANK == SIZE - 1 else 1.0)).sum() + (s * w[0, 0]).sum()
+                    + (rs * w[0, 0]).sum())
 
         return f
 
@@ -624,7 +723,8 @@ def test_vmap_of_grad_and_jvp_of_gather_family_equal_blocking():
 @pytest.mark.parametrize("in_axis", [0, 1])
 def test_vmap_gather_scatter_allgather_alltoall_equal_loop(in_axis):
     """The ops that split or stack their first axis over ranks: one request
-    for the batch, each batch axis where the op needs it, every root."""
+    for the batch, each batch axis where the op needs it, every root; and
+    ireduce_scatter's blocks (its batch axis second, as reduce_scatter's)."""
     xs = jnp.asarray(np.stack([data(RANK, (SIZE, 2), np.float64, seed=s)
                                for s in range(3)]))
 
@@ -634,6 +734,9 @@ def test_vmap_gather_scatter_allgather_alltoall_equal_loop(in_axis):
             out.append(mpx.wait(mpx.igather(a, root)))
             out.append(mpx.wait(mpx.iscatter(a if RANK == root else a[0],
                                              root)))
+        out.append(mpx.wait(mpx.ireduce_scatter(a, MPI.SUM)))
+        out.append(mpx.wait(mpx.ireduce_scatter(
+            jnp.tile(a, (2, 1))[:NV], MPI.MAX, counts=COUNTS)))
         return out
 
     got = jax.jit(jax.vmap(f, in_axes=in_axis))(jnp.moveaxis(xs, 0, in_axis))
@@ -649,3 +752,6 @@ def test_vmap_gather_scatter_allgather_alltoall_equal_loop(in_axis):
         check(got[2 + 2 * root],
               np.stack(X, axis=1) if RANK == root else X[RANK])
         check(got[3 + 2 * root], X[root][:, RANK])
+    check(got[-2], sum(X[s][:, RANK] for s in range(SIZE)))
+    check(got[-1], np.max([np.tile(X[s], (1, 2, 1))[:, LO:HI]
+                           for s in range(SIZE)], axis=0))

@@ -15,33 +15,14 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import notoken as mpx
 from jaxmpi._validate import is_token
-from util import (DTYPES, OPS_FOR_KIND, RANK, SIZE, Later, all_data, bfloat16,
-                  check, check_mode, data, kind, reduce_ref)
+from util import (COUNTS, DTYPES, OPS_FOR_KIND, RANK, SIZE, Later, all_data,
+                  bfloat16, check, check_mode, data, exscan_ref, kind,
+                  reduce_ref)
 
 two_ranks = pytest.mark.skipif(SIZE < 2, reason="ranks must disagree")
 
-# Rows per rank: rank-dependent, with a zero from 2 ranks on, different
-# from its reverse at every size >= 2.
-COUNTS = tuple((2 * j + 1) % 3 if j != 1 else 0 for j in range(SIZE))
-if SIZE == 1:
-    COUNTS = (2,)
 OFFSETS = np.concatenate([[0], np.cumsum(COUNTS)]).astype(int)
 CASES = [(d, op) for d in DTYPES for op in OPS_FOR_KIND[kind(d)]]
-
-
-def _identity(opname, dtype):
-    """What rank 0 of exscan must get, written out per op (not jaxmpi's)."""
-    dtype = np.dtype(dtype)
-    table = {"SUM": 0, "PROD": 1, "LAND": 1, "LOR": 0, "LXOR": 0, "BOR": 0,
-             "BXOR": 0}
-    if opname in table:
-        return np.array(table[opname]).astype(dtype)
-    if opname == "BAND":
-        return np.array(-1).astype(dtype)  # all bits (wraps for unsigned)
-    if kind(dtype) == "int":
-        info = np.iinfo(dtype)
-        return np.array(info.min if opname == "MAX" else info.max, dtype)
-    return np.array(-np.inf if opname == "MAX" else np.inf).astype(dtype)
 
 
 def _block_input(dtype, opname, seed):
@@ -68,12 +49,8 @@ def _refs(dtype, opname, seed):
     vs = _v_input(dtype, opname, seed)
     lo, hi = OFFSETS[RANK], OFFSETS[RANK + 1]
     v = reduce_ref([a[lo:hi] for a in vs], opname, dtype)
-    scans = _scan_input(dtype, opname, seed)
-    if RANK == 0:
-        ex = np.broadcast_to(_identity(opname, dtype), (3, 5)).astype(dtype)
-    else:
-        ex = reduce_ref(scans[:RANK], opname, dtype)
-    return block, v, ex
+    return block, v, exscan_ref(_scan_input(dtype, opname, seed), opname,
+                                dtype)
 
 
 def _all_cases(inputs):
@@ -288,42 +265,62 @@ BAD = [
 ]
 
 
+# The blocking ops and their non-blocking forms ("i"), validated alike.
+FORMS = pytest.mark.parametrize("i", ["", "i"], ids=["blocking", "nonblocking"])
+
+
+@FORMS
 @pytest.mark.parametrize("kw,exc,msg", BAD, ids=[str(i) for i in range(len(BAD))])
-def test_bad_counts_raise_before_mpi(kw, exc, msg):
+def test_bad_counts_raise_before_mpi(kw, exc, msg, i):
     x = jnp.ones((SIZE, 2))
+    rs = getattr(mpx, i + "reduce_scatter")
+    msg = f"(?<!i){i}{msg}"
     with pytest.raises(exc, match=msg):
-        mpx.reduce_scatter(x, MPI.SUM, **kw)
+        rs(x, MPI.SUM, **kw)
     with pytest.raises(exc, match=msg):
-        jax.jit(lambda a: mpx.reduce_scatter(a, MPI.SUM, **kw))(x)
+        jax.jit(lambda a: rs(a, MPI.SUM, **kw))(x)
 
 
-def test_other_bad_input():
-    with pytest.raises(ValueError, match=rf"reduce_scatter: x must have "
-                       rf"leading dimension equal to the communicator size "
-                       rf"{SIZE}, got shape \({SIZE + 1}, 2\)"):
-        mpx.reduce_scatter(jnp.ones((SIZE + 1, 2)), MPI.SUM)
+@FORMS
+def test_other_bad_input(i):
+    rs, ex = getattr(mpx, i + "reduce_scatter"), getattr(mpx, i + "exscan")
+    with pytest.raises(ValueError, match=rf"(?<!i){i}reduce_scatter: x must "
+                       rf"have leading dimension equal to the communicator "
+                       rf"size {SIZE}, got shape \({SIZE + 1}, 2\)"):
+        rs(jnp.ones((SIZE + 1, 2)), MPI.SUM)
     with pytest.raises(ValueError, match="leading dimension"):
-        mpx.reduce_scatter(jnp.float32(1), MPI.SUM)
-    with pytest.raises(TypeError, match=r"reduce_scatter: MPI.MAX is not "
-                       "defined for dtype complex64"):
-        mpx.reduce_scatter(jnp.ones((SIZE, 2), jnp.complex64), MPI.MAX)
-    with pytest.raises(TypeError, match=r"exscan: MPI.SUM is not defined for "
-                       "dtype bool"):
-        mpx.exscan(jnp.ones(2, bool), MPI.SUM)
+        rs(jnp.float32(1), MPI.SUM)
+    with pytest.raises(TypeError, match=rf"(?<!i){i}reduce_scatter: MPI.MAX "
+                       "is not defined for dtype complex64"):
+        rs(jnp.ones((SIZE, 2), jnp.complex64), MPI.MAX)
+    with pytest.raises(TypeError, match=rf"(?<!i){i}exscan: MPI.SUM is not "
+                       "defined for dtype bool"):
+        ex(jnp.ones(2, bool), MPI.SUM)
     op = MPI.Op.Create(lambda a, b, t: None, commute=True)
     try:
-        with pytest.raises(TypeError, match=r"exscan: op is a user-defined "
-                           r"MPI.Op; exscan needs a predefined op"):
-            mpx.exscan(jnp.ones(2), op)
+        with pytest.raises(TypeError, match=rf"(?<!i){i}exscan: op is a "
+                           rf"user-defined MPI.Op; {i}exscan needs a "
+                           "predefined op"):
+            ex(jnp.ones(2), op)
     finally:
         op.Free()
 
 
+def _reduce_scatter(nonblocking):
+    if nonblocking:
+        return lambda *a, **kw: mpx.wait(mpx.ireduce_scatter(*a, **kw))
+    return mpx.reduce_scatter
+
+
 @two_ranks
+@pytest.mark.parametrize("nonblocking", [False, True],
+                         ids=["blocking", "nonblocking"])
 @pytest.mark.parametrize("mode", ["sparse", "all"])
-def test_counts_that_differ_between_ranks_are_reported(mode):
+def test_counts_that_differ_between_ranks_are_reported(mode, nonblocking):
     # Same total rows (so the arrays agree), counts reversed on the last
-    # rank: every rank raises before MPI runs, naming the counts.
+    # rank: every rank raises before MPI runs (ireduce_scatter: at the
+    # start), naming the counts.
+    rs = _reduce_scatter(nonblocking)
     counts = tuple(range(1, SIZE + 1))
     mine = counts[::-1] if RANK == SIZE - 1 else counts
     with check_mode(mode):
@@ -332,13 +329,13 @@ def test_counts_that_differ_between_ranks_are_reported(mode):
         try:
             x = jnp.ones((sum(counts), 2))
             try:
-                jax.block_until_ready(jax.jit(lambda a: mpx.reduce_scatter(
+                jax.block_until_ready(jax.jit(lambda a: rs(
                     a, MPI.SUM, counts=mine, comm=comm))(x))
                 msg = ""
             except jax.errors.JaxRuntimeError as e:
                 msg = str(e)
             # The communicator still works afterwards.
-            after = mpx.reduce_scatter(x, MPI.SUM, counts=counts, comm=comm)
+            after = rs(x, MPI.SUM, counts=counts, comm=comm)
         finally:
             comm.Free()
     fmt = lambda c: "counts=[" + ",".join(map(str, c)) + "]"

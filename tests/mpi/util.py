@@ -29,6 +29,12 @@ DTYPE_IDS = [str(d) for d in DTYPES]
 
 MODES = ["eager", "jit"]
 
+# Rows per rank for reduce_scatter's counts: rank-dependent, with a zero from 2 ranks on, different from its reverse
+# at every size >= 2.
+COUNTS = tuple((2 * j + 1) % 3 if j != 1 else 0 for j in range(SIZE))
+if SIZE == 1:
+    COUNTS = (2,)
+
 
 def kind(dtype):
     if dtype == np.bool_:
@@ -116,6 +122,29 @@ def reduce_ref(arrays, opname, dtype):
     if opname == "BXOR":
         return np.bitwise_xor.reduce(stack, axis=0).astype(dtype)
     raise ValueError(opname)
+
+
+def identity_ref(opname, dtype):
+    """What rank 0 of exscan must get, written out per op (not jaxmpi's)."""
+    dtype = np.dtype(dtype)
+    table = {"SUM": 0, "PROD": 1, "LAND": 1, "LOR": 0, "LXOR": 0, "BOR": 0,
+             "BXOR": 0}
+    if opname in table:
+        return np.array(table[opname]).astype(dtype)
+    if opname == "BAND":
+        return np.array(-1).astype(dtype)  # all bits (wraps for unsigned)
+    if kind(dtype) == "int":
+        info = np.iinfo(dtype)
+        return np.array(info.min if opname == "MAX" else info.max, dtype)
+    return np.array(-np.inf if opname == "MAX" else np.inf).astype(dtype)
+
+
+def exscan_ref(arrays, opname, dtype):
+    """What exscan gives this rank over the list (rank order): the
+    reduction of the ranks before it, the op's identity on rank 0."""
+    if RANK == 0:
+        return np.full(np.shape(arrays[0]), identity_ref(opname, dtype))
+    return reduce_ref(arrays[:RANK], opname, dtype)
 
 
 def run(mode, fn, *args):

@@ -1,0 +1,14 @@
+/* What the collectives' op bodies (collectives.c) share with the
+ * non-blocking starts (request.c, the layer above). */
+#ifndef JAXMPI_COLLECTIVES_H
+#define JAXMPI_COLLECTIVES_H
+
+#include "ffi.h"
+
+/* reduce_scatter's counts: the call's `counts` attribute (rows per rank)
+ * checked against x (sum(counts) rows) and y (counts[rank] rows), and
+ * written into `counts` as elements per rank (c->size of them). */
+XLA_FFI_Error *jm_reduce_scatter_counts(jm_call *c, const jm_buffer *x,
+                                        const jm_buffer *y, int64_t *counts);
+
+#endif
