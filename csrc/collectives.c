@@ -474,8 +474,8 @@ XLA_FFI_Error *jm_run_reduce_scatter_block(jm_call *c) {
   return NULL;
 }
 
-XLA_FFI_Error *jm_reduce_scatter_counts(jm_call *c, const jm_buffer *x,
-                                        const jm_buffer *y, int64_t *counts) {
+static XLA_FFI_Error *check_counts(jm_call *c, const jm_buffer *x,
+                                   const jm_buffer *y, int64_t *counts) {
   JM_EXPECT(c, c->nrows[JM_ROWS_COUNTS] == c->size,
             "counts has %lld entries for a communicator of %d ranks",
             (long long)c->nrows[JM_ROWS_COUNTS], c->size);
@@ -496,24 +496,36 @@ XLA_FFI_Error *jm_reduce_scatter_counts(jm_call *c, const jm_buffer *x,
   return NULL;
 }
 
+XLA_FFI_Error *jm_reduce_scatter_counts(jm_call *c, const jm_buffer *x,
+                                        const jm_buffer *y, int64_t **counts,
+                                        int **ints) {
+  /* The counts as int64 (aligned) and as int, for MPI. */
+  const size_t n = (size_t)c->size;
+  char *mem = malloc(n * (sizeof(int64_t) + sizeof(int)));
+  *counts = NULL;
+  *ints = NULL;
+  if (!mem)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "out of memory for %d counts", c->size);
+  XLA_FFI_Error *err = check_counts(c, x, y, (int64_t *)(void *)mem);
+  if (err) {
+    free(mem);
+    return err;
+  }
+  *counts = (int64_t *)(void *)mem;
+  *ints = (int *)(void *)(mem + n * sizeof(int64_t));
+  return NULL;
+}
+
 /* counts[r] rows (of x's first axis) to rank r, the blocks of x in rank
  * order. The counts are rows, as the user wrote them (and as JAXMPI_CHECK
  * reports them); a row is x's elements over sum(counts). */
 XLA_FFI_Error *jm_run_reduce_scatter(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
-  /* The counts as int64 (aligned) and as int, for MPI. */
-  const size_t n = (size_t)c->size;
-  char *mem = malloc(n * (sizeof(int64_t) + sizeof(int)));
-  if (!mem)
-    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
-                    "out of memory for %d counts", c->size);
-  int64_t *counts = (int64_t *)(void *)mem;
-  int *ints = (int *)(void *)(mem + n * sizeof(int64_t));
-  XLA_FFI_Error *err = jm_reduce_scatter_counts(c, x, y, counts);
-  if (err) {
-    free(mem);
-    return err;
-  }
+  int64_t *counts;
+  int *ints;
+  XLA_FFI_Error *err = jm_reduce_scatter_counts(c, x, y, &counts, &ints);
+  if (err) return err;
   char empty;
   double t0 = jm_log_start();
   int rc = jm_Reduce_scatter(x->data, JM_RECV_PTR(y, empty), counts, ints,
@@ -522,7 +534,7 @@ XLA_FFI_Error *jm_run_reduce_scatter(jm_call *c) {
   if (jm_cfg.debug)
     jm_log(c, "MPI_Reduce_scatter", NULL, 0, y->count, y->dtype, t0);
   /* A call the watchdog abandoned may still read the counts: keep them. */
-  if (!(rc && jm_watchdog_on())) free(mem);
+  if (!(rc && jm_watchdog_on())) free(counts);
   if (rc) return jm_mpi_failure(c, "MPI_Reduce_scatter", NULL, 0, rc);
   return NULL;
 }

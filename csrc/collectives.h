@@ -6,9 +6,12 @@
 #include "ffi.h"
 
 /* reduce_scatter's counts: the call's `counts` attribute (rows per rank)
- * checked against x (sum(counts) rows) and y (counts[rank] rows), and
- * written into `counts` as elements per rank (c->size of them). */
+ * checked against x (sum(counts) rows) and y (counts[rank] rows). On
+ * success *counts holds them as elements per rank (c->size of them) and
+ * *ints room for as many ints (MPI's counts), one allocation: free(*counts)
+ * once MPI no longer reads *ints. On an error nothing is allocated. */
 XLA_FFI_Error *jm_reduce_scatter_counts(jm_call *c, const jm_buffer *x,
-                                        const jm_buffer *y, int64_t *counts);
+                                        const jm_buffer *y, int64_t **counts,
+                                        int **ints);
 
 #endif

@@ -657,14 +657,10 @@ XLA_FFI_Error *jm_run_ireduce_scatter_block(jm_call *c) {
  * counts until the request completes: the request owns them. */
 XLA_FFI_Error *jm_run_ireduce_scatter(jm_call *c) {
   jm_buffer *x = &c->ret[1], *y = &c->ret[2];
-  const size_t n = (size_t)c->size;
-  char *mem = malloc(n * (sizeof(int64_t) + sizeof(int)));
-  if (!mem)
-    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
-                    "out of memory for %d counts", c->size);
-  int64_t *counts = (int64_t *)(void *)mem;
-  int *ints = (int *)(void *)(mem + n * sizeof(int64_t));
-  XLA_FFI_Error *err = jm_reduce_scatter_counts(c, x, y, counts);
+  int64_t *counts;
+  int *ints;
+  XLA_FFI_Error *err = jm_reduce_scatter_counts(c, x, y, &counts, &ints);
+  if (err) return err;
   for (int j = 0; j < c->size && !err; j++) {
     /* Every rank has the same counts: all fail alike, before MPI. */
     if (counts[j] > jm_count.limit) err = over_limit(c, counts[j]);
@@ -673,11 +669,11 @@ XLA_FFI_Error *jm_run_ireduce_scatter(jm_call *c) {
   jm_req *r = NULL;
   if (!err) err = begin(c, &r, "MPI_Ireduce_scatter", NULL, 0);
   if (err) {
-    free(mem);
+    free(counts);
     return err;
   }
   r->collective = 1;
-  r->mem = mem;
+  r->mem = counts;
   keep(r, x);
   keep(r, y);
   double t0 = jm_log_start();

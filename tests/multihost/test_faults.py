@@ -26,7 +26,7 @@ import time
 
 import pytest
 
-from hostsetup import RANK_ENV
+from hostsetup import RANK_ENV, multihost
 
 WAIT_READY = 180  # s for both ranks to start and compile (a loaded machine)
 BOUND = 60  # s from the fault to the end of the job
@@ -72,15 +72,22 @@ def report(mpi, case, res, t_fault):
     return took
 
 
-def test_killed_rank(cluster, mpi, tmp_path):
+@pytest.mark.parametrize("via", ["mpiexec", "srun"])
+def test_killed_rank(cluster, mpi, tmp_path, via):
+    # via srun: Slurm on the hosts (test_slurm.py), srun -K1 ends the step.
+    if via == "srun" and multihost.slurm_missing():
+        pytest.skip(multihost.slurm_missing())
     c = cluster(2)
-    job = start_job(c, mpi, tmp_path, seconds=300)
+    if via == "srun":
+        c.start_slurm()
+    job = start_job(c, mpi, tmp_path, seconds=300, via=via)
     victims = rank_pids(c, 2)
     assert len(victims) == 1, victims
     os.kill(victims[0], 9)
     t_fault = time.monotonic()
     res = job.wait(BOUND + 30)
-    took = report(mpi, "killed rank", res, t_fault)
+    took = report(mpi, "killed rank" + (" (srun -K1)" if via == "srun" else ""), res,
+                  t_fault)
     assert not res.timed_out and res.returncode != 0, res
     assert took < BOUND, res
 
