@@ -454,11 +454,11 @@ XLA_FFI_Error *jm_run_alltoallv(jm_call *c) {
 
 /* ---- reduce_scatter and exscan ------------------------------------------ */
 
-/* Where to receive `count` elements: an empty result may share its (empty)
- * buffer's address with the input (XLA does so), which MPICH rejects as
- * aliased buffers ("Buffers must not be aliased"), so it gets an address of
- * its own; nothing is written there. */
-#define JM_RECV_PTR(y, empty) ((y)->count ? (y)->data : (void *)&(empty))
+static char empty_result;
+
+void *jm_recv_ptr(void *data, int64_t n) {
+  return n ? data : (void *)&empty_result;
+}
 
 /* x holds size blocks of y's size; rank r gets op over ranks of block r.
  * Never in place: MPI_IN_PLACE would take the input from the (smaller)
@@ -467,10 +467,9 @@ XLA_FFI_Error *jm_run_reduce_scatter_block(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c, same_type(x, y) && x->count == y->count * (int64_t)c->size,
             "the input must hold size x result elements");
-  char empty;
   JM_MPI(c, "MPI_Reduce_scatter_block", NULL, 0, y->count, y->dtype,
-         jm_Reduce_scatter_block(x->data, JM_RECV_PTR(y, empty), y->count,
-                                 y->elsize, y->mpi, c->op, c->comm));
+         jm_Reduce_scatter_block(x->data, jm_recv_ptr(y->data, y->count),
+                                 y->count, y->elsize, y->mpi, c->op, c->comm));
   return NULL;
 }
 
@@ -526,10 +525,9 @@ XLA_FFI_Error *jm_run_reduce_scatter(jm_call *c) {
   int *ints;
   XLA_FFI_Error *err = jm_reduce_scatter_counts(c, x, y, &counts, &ints);
   if (err) return err;
-  char empty;
   double t0 = jm_log_start();
-  int rc = jm_Reduce_scatter(x->data, JM_RECV_PTR(y, empty), counts, ints,
-                             c->size, c->rank, y->elsize, y->mpi, c->op,
+  int rc = jm_Reduce_scatter(x->data, jm_recv_ptr(y->data, y->count), counts,
+                             ints, c->size, c->rank, y->elsize, y->mpi, c->op,
                              c->comm);
   if (jm_cfg.debug)
     jm_log(c, "MPI_Reduce_scatter", NULL, 0, y->count, y->dtype, t0);
@@ -546,9 +544,8 @@ XLA_FFI_Error *jm_run_exscan(jm_call *c) {
   JM_EXPECT(c, same_type(x, y) && x->count == y->count,
             "result must match the input's shape and dtype");
   const void *s = send_buffer(x, y);
-  char empty;
   JM_MPI(c, "MPI_Exscan", NULL, 0, x->count, x->dtype,
-         jm_Exscan(s, JM_RECV_PTR(y, empty), x->count, x->elsize, x->mpi, c->op,
-                   c->comm));
+         jm_Exscan(s, jm_recv_ptr(y->data, y->count), x->count, x->elsize,
+                   x->mpi, c->op, c->comm));
   return NULL;
 }

@@ -5,6 +5,12 @@
 
 #include "ffi.h"
 
+/* Where a call receives `n` elements into `data`: an empty result may share
+ * its (empty) buffer's address with the input (XLA does so), which MPICH
+ * rejects as aliased buffers, so it gets an address of its own; nothing is
+ * written there. */
+void *jm_recv_ptr(void *data, int64_t n);
+
 /* reduce_scatter's counts: the call's `counts` attribute (rows per rank)
  * checked against x (sum(counts) rows) and y (counts[rank] rows). On
  * success *counts holds them as elements per rank (c->size of them) and

@@ -443,14 +443,6 @@ static int too_many(int64_t n) {
   return n > 0 && (n - 1) / jm_count.limit + 1 > JM_MAX_REQS;
 }
 
-/* Where a start receives `n` elements: an empty result may share its
- * (empty) buffer's address with the input, which MPICH rejects as aliased
- * buffers, so it gets an address of its own (nothing is written there). */
-static char empty_result;
-static void *recv_ptr(void *data, int64_t n) {
-  return n ? data : (void *)&empty_result;
-}
-
 /* An elementwise reduction over ranks (MPI_Iallreduce, MPI_Iscan,
  * MPI_Iexscan), in chunks of at most the count limit. In place: the result
  * is aliased to x (XLA copies x first where x is still needed). */
@@ -473,7 +465,7 @@ static XLA_FFI_Error *reduction(jm_call *c, const char *fn,
   int rc = 0;
   JM_CHUNKS(r, x->count, x->elsize,
             call(offset(s, off, x->elsize),
-                 recv_ptr((void *)offset(y->data, off, x->elsize), m), cn,
+                 jm_recv_ptr((void *)offset(y->data, off, x->elsize), m), cn,
                  x->mpi, c->op, c->comm, rq));
   return post(c, r, rc, t0);
 }
@@ -646,7 +638,8 @@ XLA_FFI_Error *jm_run_ireduce_scatter_block(jm_call *c) {
   keep(r, x);
   keep(r, y);
   double t0 = jm_log_start();
-  int rc = jm_mpi.Ireduce_scatter_block(x->data, recv_ptr(y->data, y->count),
+  int rc = jm_mpi.Ireduce_scatter_block(x->data,
+                                        jm_recv_ptr(y->data, y->count),
                                         (int)y->count, y->mpi, c->op, c->comm,
                                         &r->reqs[0]);
   r->nreq = rc ? 0 : 1;
@@ -677,8 +670,8 @@ XLA_FFI_Error *jm_run_ireduce_scatter(jm_call *c) {
   keep(r, x);
   keep(r, y);
   double t0 = jm_log_start();
-  int rc = jm_mpi.Ireduce_scatter(x->data, recv_ptr(y->data, y->count), ints,
-                                  y->mpi, c->op, c->comm, &r->reqs[0]);
+  int rc = jm_mpi.Ireduce_scatter(x->data, jm_recv_ptr(y->data, y->count),
+                                  ints, y->mpi, c->op, c->comm, &r->reqs[0]);
   r->nreq = rc ? 0 : 1;
   return post(c, r, rc, t0);
 }
