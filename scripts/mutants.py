@@ -216,6 +216,11 @@ MUTANTS = [
            "            dests.append(int(source))",
            "halo_exchange receives each piece from the opposite neighbour",
            (HALO,)),
+    Mutant("py-halo-stale-wrap", "src/jaxmpi/_topology.py",
+           "pieces.append(lax.slice(out[k], lo, hi))",
+           "pieces.append(lax.slice(arrays[k], lo, hi))",
+           "halo_exchange sends rims whose wrapped halo is not yet filled",
+           (HALO,)),
     # ---- Python: the rules of each op (src/jaxmpi/_ops.py) ----
     Mutant("py-reduce-transpose-term", "src/jaxmpi/_ops.py",
            "return [b if comm.rank == root else b + ct]", "return [b]",
