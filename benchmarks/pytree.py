@@ -14,7 +14,10 @@ biases, 16 to 4096 elements, 237 KiB for 100 leaves). Modes:
 
 Printed per mode: the median time per tree allreduce (us) over
 ``--repeats`` runs, and the ratio of per-leaf calls to the pytree call (the
-target of issue 12: at least 10x for 100 leaves). Timings on a loaded
+target of issue 12: at least 10x for 100 leaves). The row "one array
+(floor)" is one allreduce of the tree's bytes as a single array, no
+packing: no pytree allreduce can be faster, so per-leaf time / floor bounds
+what any one-call design could gain. Timings on a loaded
 machine are indicative only: say so when you report them.
 """
 
@@ -88,6 +91,12 @@ def main():
     tree = param_tree(args.leaves)
     nbytes = sum(x.nbytes for x in jax.tree.leaves(tree))
     impls = {"jaxmpi pytree": tree_call, "jaxmpi per leaf": per_leaf(mpx.allreduce)}
+    # The floor of any pytree allreduce: one allreduce of the tree's bytes
+    # as a single array (no packing); per-leaf calls can be no more than
+    # (their time / this) times slower than a pytree call.
+    flat = {"flat": jnp.full((nbytes // 4,), RANK + 1.0, jnp.float32)}
+    args_of = {"one array (floor)": flat}
+    impls["one array (floor)"] = tree_call
     if importlib.util.find_spec("mpi4jax") is not None:
         import mpi4jax
 
@@ -101,20 +110,21 @@ def main():
     # Check the results once: every leaf is the sum over ranks.
     want = SIZE * (SIZE + 1) / 2
     for name, f in impls.items():
-        out = jax.jit(f)(tree)
+        out = jax.jit(f)(args_of.get(name, tree))
         ok = all(bool(jnp.all(x == want)) for x in jax.tree.leaves(out))
         assert ok, f"{name}: wrong result"
 
     rows = []
     for name, f in impls.items():
-        t_loop = timeit(loop(f, args.iters), tree, args.repeats, args.iters)
+        arg = args_of.get(name, tree)
+        t_loop = timeit(loop(f, args.iters), arg, args.repeats, args.iters)
 
         def eager(t, f=f):
             for _ in range(args.eager_iters):
                 t = f(t)
             return t
 
-        t_eager = timeit(eager, tree, args.repeats, args.eager_iters)
+        t_eager = timeit(eager, arg, args.repeats, args.eager_iters)
         rows.append((name, t_loop, t_eager))
 
     if RANK == 0:
@@ -127,6 +137,12 @@ def main():
         for name, tl, te in rows:
             print(f"{name:<20} {tl * 1e6:10.1f} {tl / base[1]:9.1f} "
                   f"{te * 1e6:10.1f} {te / base[2]:9.1f}")
+        floor = dict((r[0], r) for r in rows)["one array (floor)"]
+        for name, tl, te in rows:
+            if "per leaf" in name:
+                print(f"{name}: at most {tl / floor[1]:.1f}x (loop) and "
+                      f"{te / floor[2]:.1f}x (eager) the floor, the most any "
+                      f"one-call pytree allreduce could gain")
 
 
 def _bare(out):
