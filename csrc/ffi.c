@@ -9,6 +9,7 @@
 #include <stdatomic.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "watchdog.h"
@@ -93,6 +94,47 @@ static XLA_FFI_Error *make_error(const XLA_FFI_Api *api, XLA_FFI_Error_Code code
   args.message = message;
   args.errc = code;
   return api->XLA_FFI_Error_Create(&args);
+}
+
+/* Errors outside XLA: an eager call's check (handlers.c,
+ * jaxmpi_check_eager) runs with no call frame, and its jm_call's api is this
+ * table, whose only entry keeps an error's code and message for
+ * jm_captured. */
+typedef struct jm_captured_error {
+  XLA_FFI_Error_Code code;
+  char message[];
+} jm_captured_error;
+
+static const jm_captured_error no_memory_for_error = {
+    XLA_FFI_Error_Code_RESOURCE_EXHAUSTED};
+
+static XLA_FFI_Error *capture_error(XLA_FFI_Error_Create_Args *args) {
+  const char *msg = args->message ? args->message : "";
+  const size_t n = strlen(msg);
+  jm_captured_error *e = malloc(sizeof *e + n + 1);
+  if (!e) return (XLA_FFI_Error *)(uintptr_t)&no_memory_for_error;
+  e->code = args->errc;
+  memcpy(e->message, msg, n + 1);
+  return (XLA_FFI_Error *)e;
+}
+
+static const XLA_FFI_Api capture_api = {
+    .struct_size = sizeof(XLA_FFI_Api),
+    .XLA_FFI_Error_Create = capture_error,
+};
+
+const XLA_FFI_Api *jm_capture_api(void) { return &capture_api; }
+
+int jm_captured(XLA_FFI_Error *err, char *out, size_t len) {
+  const jm_captured_error *e = (const jm_captured_error *)err;
+  if (e == &no_memory_for_error) {
+    snprintf(out, len, "out of memory while reporting an error");
+    return e->code;
+  }
+  snprintf(out, len, "%s", e->message);
+  const int code = e->code;
+  free((void *)(uintptr_t)e);
+  return code;
 }
 
 XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,

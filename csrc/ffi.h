@@ -93,6 +93,11 @@ XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));
 XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
                               int peer, int rc);
+/* The api of a jm_call made outside XLA (an eager call's check): its
+ * errors are kept, and jm_captured copies one's message to out, frees it and
+ * returns its code. */
+const XLA_FFI_Api *jm_capture_api(void);
+int jm_captured(XLA_FFI_Error *err, char *out, size_t len);
 
 /* Python source lines of jaxmpi calls, registered at lowering under a
  * 64-bit id (a hash of the text, the same in every process) that reaches

@@ -4,6 +4,7 @@
  * (collectives.c, p2p.c, request.c) on the host or through the GPU
  * staging (cuda_staging.c), log. No other file calls into this one. */
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "check.h"
 #include "cuda_staging.h"
@@ -78,6 +79,52 @@ JM_OPS(JM_DEFINE_HANDLER)
   }
 JM_IOPS(JM_DEFINE_CPU_HANDLER)
 #undef JM_DEFINE_CPU_HANDLER
+
+/* ---- eager calls ---------------------------------------------------------- */
+
+/* The check of a collective that Python runs eagerly without XLA (the
+ * direct path of _eager.py): the same count, digest and comparison as the
+ * handler's, so that a rank calling eagerly and one running the compiled
+ * op check the same calls with the same signatures. `op` is JM_OP_<name> of
+ * a blocking collective, `x` its array argument's XLA type and shape.
+ * Returns 0, or an XLA_FFI_Error_Code with the message in err. */
+#define JM_DESC_PTR(name, nargs, nrets, templates, attrs) &jm_desc_##name,
+static const jm_op_desc *const blocking_descs[] = {JM_OPS(JM_DESC_PTR)};
+#undef JM_DESC_PTR
+
+__attribute__((visibility("default"))) int jaxmpi_check_eager(
+    int op, uint64_t comm, uint64_t redop, int root, int dtype, int64_t ndim,
+    const int64_t *dims, char *err, size_t errlen) {
+  const int mode = jm_check_mode();
+  if (!mode) return 0;
+  if (op < 0 || op >= (int)(sizeof blocking_descs / sizeof *blocking_descs) ||
+      dtype < 0 || dtype >= JM_NDTYPES || ndim < 0) {
+    snprintf(err, errlen, "jaxmpi_check_eager: bad arguments (op %d)", op);
+    return XLA_FFI_Error_Code_INVALID_ARGUMENT;
+  }
+  const jm_op_desc *desc = blocking_descs[op];
+  jm_call c;
+  memset(&c, 0, sizeof c);
+  c.opname = desc->name;
+  c.api = jm_capture_api();
+  c.attrs = desc->attrs;
+  c.comm = JM_HANDLE(jm_Comm, comm);
+  c.op = JM_HANDLE(jm_Op, redop);
+  c.root = root;
+  c.nargs = desc->nargs > 0;
+  c.arg[0].dtype = dtype;
+  c.arg[0].elsize = jm_dtypes[dtype].size;
+  c.arg[0].ndim = ndim;
+  c.arg[0].dims = dims;
+  c.arg[0].count = 1;
+  for (int64_t d = 0; d < ndim; d++) c.arg[0].count *= dims[d];
+  int rc = jm_mpi.Comm_rank(c.comm, &c.rank);
+  if (rc == 0) rc = jm_mpi.Comm_size(c.comm, &c.size);
+  XLA_FFI_Error *e =
+      rc ? jm_mpi_failure(&c, "MPI_Comm_rank", NULL, 0, rc)
+         : jm_check_collective(&c, desc, mode);
+  return e ? jm_captured(e, err, errlen) : 0;
+}
 
 /* Joins a token the user passed to jaxmpi's order: a custom call taking the
  * user's token and the effect token, so that XLA:CPU's execution graph has an

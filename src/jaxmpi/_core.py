@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import threading
 import warnings
 
 import numpy as np
@@ -112,6 +113,10 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.jaxmpi_get_async.restype = c.c_int
     lib.jaxmpi_requests_in_flight.restype = c.c_int
     lib.jaxmpi_requests_shutdown.restype = c.c_int
+    lib.jaxmpi_check_eager.argtypes = [
+        c.c_int, c.c_uint64, c.c_uint64, c.c_int, c.c_int, c.c_int64,
+        c.POINTER(c.c_int64), c.c_char_p, c.c_size_t]
+    lib.jaxmpi_check_eager.restype = c.c_int
     lib.jaxmpi_op_row.argtypes = [c.c_int, c.POINTER(c.c_char_p)] + [
         c.POINTER(c.c_int)] * 2 + [c.POINTER(c.c_uint)] * 2 + [c.POINTER(c.c_int)]
     lib.jaxmpi_op_row.restype = c.c_int
@@ -326,6 +331,38 @@ class Core:
         """Whether every call is checked (JAXMPI_CHECK=1)."""
         return self.check_mode == "all"
 
+    def check_eager(self, fn: str, comm, op_handle: int, x) -> None:
+        """The cross-rank check of collective ``fn`` run eagerly without
+        XLA (_eager.py's direct path), counted and compared exactly as its
+        compiled handler would (check.h); raises the handler's error.
+        About 1 us: the op numbers, shapes and error buffer are cached."""
+        cache = self.__dict__.get("_eager_check")
+        if cache is None:
+            cache = self._eager_check = (
+                {n: i for i, n in enumerate(self.table()["ops"])}, {},
+                threading.local())
+        ids, dims_of, local = cache
+        shape = x.shape
+        dims = dims_of.get(shape)
+        if dims is None:
+            if len(dims_of) > 256:
+                dims_of.clear()
+            dims = dims_of[shape] = (ctypes.c_int64 * max(len(shape), 1))(
+                *shape)
+        err = getattr(local, "err", None)
+        if err is None:
+            err = local.err = ctypes.create_string_buffer(1536)
+        code = self.lib.jaxmpi_check_eager(
+            ids[fn], handle(comm), op_handle, 0,
+            _dtypes.XLA_TYPE[np.dtype(x.dtype)], len(shape), dims, err,
+            len(err))
+        if code:
+            import jax
+
+            raise jax.errors.JaxRuntimeError(
+                f"{_ERROR_CODES.get(code, 'INTERNAL')}: "
+                f"{err.value.decode(errors='replace')}")
+
     def check_scheduled(self, n: int) -> bool:
         """Whether the default mode checks a communicator's n-th collective."""
         return bool(self.lib.jaxmpi_check_scheduled(n))
@@ -431,6 +468,10 @@ def check_table(table: dict, primitives, starts) -> None:
 
 # Cross-rank check modes, in the C core's numbering.
 CHECK_MODES = ("off", "sparse", "all")
+# XLA_FFI_Error_Code names, as XLA prefixes a handler's error message.
+_ERROR_CODES = {3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
+                8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",
+                13: "INTERNAL"}
 _site_ids: dict[str, int] = {}
 
 

@@ -20,9 +20,11 @@ It applies only where the compiled call would do exactly this and nothing
 more: x a ready-to-read jax Array on one CPU device (NumPy inputs become one
 first), a predefined MPI datatype (not float16/bfloat16, whose ops live in
 the C core), a count under ``JAXMPI_MAX_COUNT``, and none of the C core's
-extra duties switched on (cross-rank checks, including the sparse default:
-so the direct path is taken with ``JAXMPI_CHECK=0`` only; the deadlock
-watchdog; the debug log). Anything else takes the compiled path. ``JAXMPI_EAGER_DIRECT=0``
+extra duties switched on (the deadlock watchdog; the debug log). The
+cross-rank check (the sparse default, or every call) is the C core's own,
+called here before MPI (``jaxmpi_check_eager``): the same count, digest and
+signatures as the compiled op's handler. Anything else takes the compiled
+path. ``JAXMPI_EAGER_DIRECT=0``
 turns the direct path off.
 """
 
@@ -68,11 +70,12 @@ def usable(x) -> bool:
     if not _ENABLED:
         return False
     core = _core.get()
-    # Cross-rank checks in any mode (the sparse default too: its schedule and
-    # digest count every collective in the C core), the watchdog and the
-    # debug log all live in the C core: with any of them on, the compiled
-    # path, so that every rank counts and checks the same calls.
-    if core.debug or core.check_mode != "off" or core.timeout is not None:
+    # The watchdog and the debug log live in the C core's handlers: with
+    # either on, the compiled path. Cross-rank checks (the sparse default
+    # included) are made here by the C core's own check (allreduce below),
+    # so that a rank calling eagerly and one running compiled code count and
+    # compare the same calls.
+    if core.debug or core.timeout is not None:
         return False
     try:
         sharding = x.sharding
@@ -113,6 +116,7 @@ def allreduce(x, op_handle: int, comm):
         return None
     guard()
     wait_for_dispatched()
+    _core.get().check_eager("allreduce", comm, op_handle, x)
     send = np.asarray(x)
     if send.ndim:  # a 0-d array has no strides to check
         send = np.ascontiguousarray(send)

@@ -383,3 +383,29 @@ def test_recv_from_self_with_nothing_sent_raises():
     assert ("mpirun" in msg) == (SIZE == 1), msg
     if SIZE == 1:
         assert "source MPI.ANY_SOURCE, tag 7" in any_msg, any_msg
+
+
+@two_ranks
+def test_eager_direct_and_compiled_calls_are_counted_alike():
+    """Rank 0 calls allreduce eagerly (the direct path: MPI from Python,
+    the C core's check first), the others through jit: one sequence of
+    calls, so a mismatch at the next scheduled call (#32) is reported on
+    every rank, and the calls in between agree."""
+    from jaxmpi import _eager
+
+    comm = fresh()
+    x = jnp.full(3, RANK + 1.0, jnp.float32)
+    compiled = jax.jit(lambda x: mpx.allreduce(x, MPI.SUM, comm=comm))
+    eager = RANK == 0
+    direct = _eager.usable(x)
+    call = (lambda x: mpx.allreduce(x, MPI.SUM, comm=comm)) if eager else compiled
+    sums = [np.asarray(call(x)) for _ in range(31)]
+    bad = jnp.ones(4 if RANK == LAST else 3, jnp.float32)
+    err = error_of(lambda c: call(bad), comm)
+    assert direct or not eager, "the test needs the eager direct path"
+    want = np.full(3, SIZE * (SIZE + 1) / 2, np.float32)
+    for y in sums:
+        np.testing.assert_array_equal(y, want)
+    m = re.search(CHECK_ERROR, err)
+    assert m and m.group(1) == "32", err
+    assert "float32[4]" in err and "float32[3]" in err, err

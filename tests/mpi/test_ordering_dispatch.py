@@ -208,8 +208,8 @@ def test_many_dispatches_results_never_read():
 def test_eager_direct_path_values_and_types(check_mode):
     # The eager direct path gives what the compiled call gives: a new jax
     # Array on the same device, same dtype and shape, 0-d and empty included.
-    # It is taken with checks off only.
-    assert _eager.usable(jnp.zeros(3)) == (check_mode == "off" and _eager._ENABLED)
+    # It is taken in every check mode (the C core's check runs first).
+    assert _eager.usable(jnp.zeros(3)) == _eager._ENABLED
     cases = []
     for shape in [(), (0,), (3,), (2, 3)]:
         for dtype in (np.int32, np.float64, np.complex64, np.bool_):
