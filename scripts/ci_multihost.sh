@@ -36,7 +36,7 @@ export JAXMPI_MULTIHOST_LAYOUTS=${JAXMPI_MULTIHOST_LAYOUTS:-2x2}
 echo "=== [$(date +%T)] tests/multihost (layouts $JAXMPI_MULTIHOST_LAYOUTS; mpich and Open MPI)"
 out="$work/multihost-pytest.log"
 set +e
-timeout -k 10 2400 "$work/venv-multihost/bin/python" -m pytest -q -rs tests/multihost \
+timeout -k 10 2400 "$work/venv-multihost/bin/python" -m pytest -q -rs --durations=25 tests/multihost \
   -p no:cacheprovider --timeout-method=thread --timeout=1800 --color=no 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
 set -e

@@ -116,12 +116,24 @@ def shallow_water(c, mpi, per_host, out, env, via="mpiexec"):
         return res, {k: f[k] for k in f.files}
 
 
+# The one-host run of the model per (MPI, ranks): the reference of every
+# comparison with a multi-host run, here and in test_slurm.py (made once per
+# session: each run costs 20-40 s of the CI's multihost minutes).
+_ONE_HOST = {}
+
+
+def one_host_reference(cluster, mpi, n, out):
+    key = (mpi.kind, n)
+    if key not in _ONE_HOST:
+        _ONE_HOST[key] = shallow_water(cluster(1), mpi, n, out, RANK_ENV)[1]
+    return _ONE_HOST[key]
+
+
 @pytest.mark.parametrize("hosts,per_host", [(2, 1), (2, 2), (3, 1)],
                          ids=["2hosts-x1", "2hosts-x2", "3hosts-x1"])
 def test_shallow_water_across_hosts_equals_one_host(cluster, mpi, hosts, per_host, tmp_path):
     n = hosts * per_host
-    one = cluster(1)
-    _, here = shallow_water(one, mpi, n, str(tmp_path / "one.npz"), RANK_ENV)
+    here = one_host_reference(cluster, mpi, n, str(tmp_path / "one.npz"))
     many = cluster(hosts)
     res, there = shallow_water(many, mpi, per_host, str(tmp_path / "many.npz"), RANK_ENV)
     assert int(there["ranks"]) == n and (int(there["px"]), int(there["py"])) == (

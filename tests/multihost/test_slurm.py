@@ -23,7 +23,8 @@ import time
 import numpy as np
 import pytest
 from hostsetup import RANK_ENV, ROOT, multihost
-from test_across_hosts import PYTEST, SUITE, SUITE_FLOOR, placements, shallow_water
+from test_across_hosts import (PYTEST, SUITE, SUITE_FLOOR, one_host_reference,
+                               placements, shallow_water)
 from test_faults import BOUND, report, start_job
 
 VIAS = ["srun", "sbatch"]
@@ -114,7 +115,7 @@ def test_op_and_autodiff_suites_under_srun(slurm_cluster, mpi):
 
 @pytest.mark.parametrize("via", VIAS)
 def test_shallow_water_under_slurm_equals_one_host(cluster, slurm_cluster, mpi, via, tmp_path):
-    _, here = shallow_water(cluster(1), mpi, 4, str(tmp_path / "one.npz"), RANK_ENV)
+    here = one_host_reference(cluster, mpi, 4, str(tmp_path / "one.npz"))
     res, there = shallow_water(slurm_cluster(2), mpi, 2, str(tmp_path / "slurm.npz"),
                                RANK_ENV, via=via)
     assert int(there["ranks"]) == 4 and sorted(here) == sorted(there)
