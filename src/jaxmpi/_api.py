@@ -49,6 +49,14 @@ def _passed_through(x, y):
     return x if _jcore.trace_state_clean() else y
 
 
+def _direct(x, run, arg, comm):
+    """The eager direct path (_eager.py): ``run(x, arg, comm)`` outside any
+    trace where it applies, else None (the compiled path runs)."""
+    if _jcore.trace_state_clean() and _eager.usable(x):
+        return run(x, arg, v.default_comm() if comm is None else comm)
+    return None
+
+
 def _reduction(fn, x, op, comm, token):
     info, tok = _begin(fn, comm, token)
     x = v.array(x, fn)
@@ -117,11 +125,9 @@ def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
         raise ValueError(
             f"allreduce: adjoint={adjoint!r} must be 'replicated' or 'sum'")
     info, x, opinfo = _reduction("allreduce", x, op, comm, token)
-    if _jcore.trace_state_clean() and _eager.usable(x):
-        y = _eager.allreduce(x, opinfo.handle,
-                             v.default_comm() if comm is None else comm)
-        if y is not None:
-            return y
+    y = _direct(x, _eager.allreduce, opinfo.handle, comm)
+    if y is not None:
+        return y
     return _ops.allreduce_p.bind(x, comm=info, op=opinfo, adjoint=adjoint)[0]
 
 
@@ -219,6 +225,9 @@ def scan(x, op, *, comm=None, token=None):
             y, token = jaxmpi.scan(x, MPI.SUM)   # token API
     """
     info, x, opinfo = _reduction("scan", x, op, comm, token)
+    y = _direct(x, _eager.scan, opinfo.handle, comm)
+    if y is not None:
+        return y
     return _ops.scan_p.bind(x, comm=info, op=opinfo)[0]
 
 
@@ -268,6 +277,9 @@ def bcast(x, root, *, comm=None, token=None):
     x = v.array(x, "bcast")
     root = v.rank_arg(root, "bcast", "root", info)
     _join(tok)
+    y = _direct(x, _eager.bcast, root, comm)
+    if y is not None:
+        return y
     (y,) = _ops.bcast_p.bind(x, comm=info, root=root)
     return _passed_through(x, y) if info.rank == root else y
 
@@ -422,6 +434,9 @@ def allgather(x, *, comm=None, token=None):
     info, tok = _begin("allgather", comm, token)
     x = v.array(x, "allgather")
     _join(tok)
+    y = _direct(x, lambda x, _, c: _eager.allgather(x, c), None, comm)
+    if y is not None:
+        return y
     return _ops.allgather_p.bind(x, comm=info)[0]
 
 
@@ -474,6 +489,9 @@ def alltoall(x, *, comm=None, token=None):
     x = v.array(x, "alltoall")
     v.leading_dim(x, "alltoall", "x", info.size)
     _join(tok)
+    y = _direct(x, lambda x, _, c: _eager.alltoall(x, c), None, comm)
+    if y is not None:
+        return y
     return _ops.alltoall_p.bind(x, comm=info)[0]
 
 

@@ -331,7 +331,8 @@ class Core:
         """Whether every call is checked (JAXMPI_CHECK=1)."""
         return self.check_mode == "all"
 
-    def check_eager(self, fn: str, comm, op_handle: int, x) -> None:
+    def check_eager(self, fn: str, comm, op_handle: int, x,
+                    root: int = 0) -> None:
         """The cross-rank check of collective ``fn`` run eagerly without
         XLA (_eager.py's direct path), counted and compared exactly as its
         compiled handler would (check.h); raises the handler's error.
@@ -353,7 +354,7 @@ class Core:
         if err is None:
             err = local.err = ctypes.create_string_buffer(1536)
         code = self.lib.jaxmpi_check_eager(
-            ids[fn], handle(comm), op_handle, 0,
+            ids[fn], handle(comm), op_handle, root,
             _dtypes.XLA_TYPE[np.dtype(x.dtype)], len(shape), dims, err,
             len(err))
         if code:

@@ -205,6 +205,53 @@ def test_many_dispatches_results_never_read():
     check(np.asarray(last), np.float32([SIZE - 1, 0]))
 
 
+def _data(shape, dtype, rank, lead=None):
+    full = shape if lead is None else (lead, *shape)
+    n = int(np.prod(full))
+    return ((np.arange(n).reshape(full) * (rank + 2) + rank) % 5).astype(dtype)
+
+
+@pytest.mark.parametrize("op", ["bcast", "allgather", "alltoall", "scan"])
+def test_eager_direct_path_of_other_collectives(check_mode, op):
+    # bcast, allgather, alltoall and scan take the direct path too: eager
+    # and jitted results equal NumPy's on every rank, for every shape kind
+    # and a dtype of each kind; the root's bcast gives x itself, as the
+    # compiled op called eagerly does.
+    root = SIZE - 1
+    calls = {
+        "bcast": lambda v: mpx.bcast(v, root),
+        "allgather": mpx.allgather,
+        "alltoall": mpx.alltoall,
+        "scan": lambda v: mpx.scan(v, MPI.LOR if v.dtype == np.bool_ else MPI.SUM),
+    }
+    f = calls[op]
+    g = jax.jit(f)
+    lead = SIZE if op == "alltoall" else None
+    cases = []
+    for shape in [(), (0,), (3,), (2, 3)]:
+        for dtype in (np.int32, np.float64, np.complex64, np.bool_):
+            if op == "scan" and dtype == np.complex64:
+                dtype = np.float32  # MPI.SUM of complex: covered by allreduce
+            x = jnp.asarray(_data(shape, dtype, RANK, lead))
+            cases.append((shape, dtype, x, f(x), g(x)))
+    for shape, dtype, x, y, z in cases:  # every call made: assert now
+        parts = [_data(shape, dtype, r, lead) for r in range(SIZE)]
+        if op == "bcast":
+            ref = parts[root]
+        elif op == "allgather":
+            ref = np.stack(parts)
+        elif op == "alltoall":
+            ref = np.stack([parts[r][RANK] for r in range(SIZE)])
+        elif dtype == np.bool_:
+            ref = np.logical_or.reduce(parts[:RANK + 1])
+        else:
+            ref = np.sum(parts[:RANK + 1], axis=0).astype(dtype)
+        assert isinstance(y, jax.Array) and y.devices() == x.devices()
+        assert (y is x) == (op == "bcast" and RANK == root), (op, shape)
+        check(y, np.asarray(ref, dtype))
+        check(z, np.asarray(ref, dtype))
+
+
 def test_eager_direct_path_values_and_types(check_mode):
     # The eager direct path gives what the compiled call gives: a new jax
     # Array on the same device, same dtype and shape, 0-d and empty included.
