@@ -50,12 +50,14 @@ SERIES = [("c", "loop"), ("c_mt", "loop"), ("c_huge", "loop"),
           ("mpi4py", "loop"), ("mpi4jax", "loop"),
           ("jax", "loop"), ("jax_mpi", "loop"), ("jaxmpi", "loop"), ("mpi4jax", "call"),
           ("jax", "call"), ("jaxmpi", "call")]
-DISPATCH_SERIES = [("plain", "block"), ("jaxmpi", "block"), ("jaxmpi", "eager"),
+DISPATCH_SERIES = [("plain", "block"), ("jaxmpi", "block"), ("jaxmpi", "region"),
+                   ("jaxmpi", "eager"),
                    ("mpi4jax", "block"), ("mpi4jax", "eager"), ("jax", "block"),
                    ("mpi4py", "loop"), ("c", "loop"), ("c_mt", "loop")]
 LABEL = {("c", "loop"): "C", ("c_mt", "loop"): "C MT",
          ("c_huge", "loop"): "C huge pages",
          ("plain", "block"): "plain jit", ("jaxmpi", "block"): "jaxmpi jit",
+         ("jaxmpi", "region"): "jaxmpi.jit",
          ("jaxmpi", "eager"): "jaxmpi eager",
          ("mpi4jax", "block"): "mpi4jax jit",
          ("mpi4jax", "eager"): "mpi4jax eager", ("jax", "block"): "JAX jit",
@@ -194,7 +196,7 @@ def versions():
 
 
 def run_job(args, impl, rnd, raw, exe):
-    modes = ",".join(args.modes + (["block", "eager"] if args.dispatch else []))
+    modes = ",".join(args.modes + (["block", "eager", "region"] if args.dispatch else []))
     if impl in (*C_VARIANTS, "mpi4py"):
         modes = "loop"
     if impl in C_VARIANTS:
@@ -297,21 +299,24 @@ def dispatch_text(stats, args, markdown=False):
     series = [s for s in DISPATCH_SERIES
               if any((s[0], s[1], op, b) in stats for op in args.ops
                      for b in DISPATCH_SIZES)]
-    if not any(s[1] in ("block", "eager") for s in series):
+    if not any(s[1] in ("block", "eager", "region") for s in series):
         return ""
     head = ["op", "size", *[LABEL[s] for s in series],
-            "jaxmpi jit - plain", "jaxmpi eager / mpi4py"]
+            "jaxmpi jit - plain", "jaxmpi.jit - plain", "jaxmpi eager / mpi4py"]
     body = []
     for op in args.ops:
         for nbytes in DISPATCH_SIZES:
             g = lambda i, m: get(stats, i, m, op, nbytes)  # noqa: E731
             row = [op, human(nbytes)] + [fmt_us(g(*s)) for s in series]
-            jit, plain = g("jaxmpi", "block"), g("plain", "block")
-            row.append(fmt_us(jit - plain) if jit and plain else "-")
+            plain = g("plain", "block")
+            for mode in ("block", "region"):
+                jit = g("jaxmpi", mode)
+                row.append(fmt_us(jit - plain) if jit and plain else "-")
             row.append(fmt_ratio(ratio(g("jaxmpi", "eager"), g("mpi4py", "loop"))))
             body.append(row)
     title = (f"Dispatch at {args.ranks} ranks: median time per call in us, each "
-             "call waited for (jit: a jitted function holding the op; eager: "
+             "call waited for (jit: a jitted function holding the op; "
+             "jaxmpi.jit: the same through jaxmpi.jit; eager: "
              "the op outside jit; C, mpi4py: a plain loop; plain jit: x + 1)")
     return _table(title, head, body, markdown)
 

@@ -36,6 +36,7 @@ Modes of the JAX-based implementations:
   block one jitted call per op, each waited for (block_until_ready): the
         latency a program pays per jitted step (run.py's dispatch table).
   eager the op called outside jit, each waited for (jaxmpi, mpi4jax).
+  region as block, through jaxmpi.jit (JAX's C++ dispatch; jaxmpi only).
 mpi4py runs in mode "loop" (a plain Python loop of n calls). Implementation
 "plain" runs a jitted x + 1 (no communication) in mode "block": the floor.
 
@@ -241,11 +242,13 @@ def carry_fn(op):
     return lambda x, y: y
 
 
-def bench_jax_based(args, emit, make_op, wrap, make_input, local):
+def bench_jax_based(args, emit, make_op, wrap, make_input, local,
+                    wrap_region=None):
     """make_op(op) -> function of one (local) array; wrap(fn, nargs) -> the
     jitted callable (jax.jit, or jit of shard_map for JAX's collectives);
     make_input(array) -> what the jitted function takes; local(result) ->
-    this rank's part of a result, as NumPy."""
+    this rank's part of a result, as NumPy; wrap_region(fn) -> the callable
+    of mode "region" (jaxmpi.jit; None: the mode is skipped)."""
     import jax
     from jax import lax
 
@@ -298,7 +301,10 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
                     check(args.impl, op, y, nbytes // 4)
             x0 = make_input(np.ones(xs, np.float32))
             for mode in args.modes:
-                if mode in ("block", "eager") and nbytes not in args.dispatch_sizes:
+                if (mode in ("block", "eager", "region")
+                        and nbytes not in args.dispatch_sizes):
+                    continue
+                if mode == "region" and wrap_region is None:
                     continue
                 if mode == "loop":
                     def run_batch(n, x0=x0):
@@ -309,11 +315,12 @@ def bench_jax_based(args, emit, make_op, wrap, make_input, local):
                     iters, samples, pairs = measure(run_batch, args, slope=True)
                     if op == "sendrecv":  # two ops per iteration
                         iters, samples = 2 * iters, [t / 2 for t in samples]
-                elif mode in ("block", "eager"):
+                elif mode in ("block", "eager", "region"):
                     # One call at a time, each waited for: the latency a
                     # program pays per step (dispatch table of run.py).
-                    # "eager": the op called outside jit.
-                    fn = f if mode == "eager" else jcall
+                    # "eager": the op called outside jit; "region": through
+                    # jaxmpi.jit.
+                    fn = {"eager": f, "block": jcall}.get(mode) or wrap_region(f)
 
                     def run_batch(n, x0=x0, fn=fn):
                         for _ in range(n):
@@ -368,6 +375,7 @@ def bench_mpi_style(lib, comm, args, emit):
     import jax
     import jax.numpy as jnp
 
+    region = getattr(lib, "jit", None)  # jaxmpi.jit
     ops = mpi_style_ops(lib, comm)
     missing = [op for op in args.ops if op not in ops]
     if missing and RANK == 0:
@@ -375,7 +383,8 @@ def bench_mpi_style(lib, comm, args, emit):
               file=sys.stderr)
     args.ops = [op for op in args.ops if op in ops]
     bench_jax_based(args, emit, ops.__getitem__,
-                    lambda fn, nargs: jax.jit(fn), jnp.asarray, np.asarray)
+                    lambda fn, nargs: jax.jit(fn), jnp.asarray, np.asarray,
+                    wrap_region=region)
 
 
 def bench_mpi4jax(args, emit):

@@ -226,6 +226,12 @@ MUTANTS = [
            "lambda s, r, t: comm.Exscan([s, s.size, t], [r, r.size, t],",
            "an eager scan on the direct path is exclusive",
            ("tests/mpi/test_ordering_dispatch.py",)),
+    Mutant("py-region-no-marker", "src/jaxmpi/_region.py",
+           "        dispatch.runtime_tokens.output_runtime_tokens[MARKER_KEY] = marker\n",
+           "",
+           "jaxmpi.jit leaves no marker: an eager call can overtake a "
+           "pending region",
+           ("tests/mpi/test_ordering_dispatch.py",)),
     Mutant("py-halo-stale-wrap", "src/jaxmpi/_topology.py",
            "pieces.append(lax.slice(out[k], lo, hi))",
            "pieces.append(lax.slice(arrays[k], lo, hi))",

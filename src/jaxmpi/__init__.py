@@ -25,6 +25,7 @@ from mpi4py import MPI as _MPI  # initialises MPI first
 import jax as _jax
 
 from . import _api, _core, _effect, _faults, _nonblocking, _ops, _validate
+from ._region import jit
 from . import _jax_compat as _jcore
 from ._core import MPIConfigurationError
 from ._version import __version__
@@ -227,7 +228,7 @@ def get_default_comm():
 
 __all__ = [
     *_api.OPERATIONS, *_nonblocking.OPERATIONS, "Request",
-    "has_cuda_support", "get_default_comm", "set_check",
+    "has_cuda_support", "jit", "get_default_comm", "set_check",
     "set_timeout",
     "MPIConfigurationError", "notoken",
 ]

@@ -42,6 +42,7 @@ from . import _core, _dtypes
 from ._jax_compat import dispatch
 from ._jax_compat import xla_client as xc
 from ._effect import mpi_effect
+from ._region import MARKER_KEY
 from ._threads import guard
 
 _ENABLED = os.environ.get("JAXMPI_EAGER_DIRECT", "1").strip().lower() not in (
@@ -91,10 +92,15 @@ def usable(x) -> bool:
 
 
 def wait_for_dispatched() -> None:
-    """Return once every jaxmpi computation this thread dispatched ended."""
-    tok = dispatch.runtime_tokens.current_tokens.get(mpi_effect)
+    """Return once every jaxmpi computation this thread dispatched ended:
+    the runtime token of jax.jit's, the marker of jaxmpi.jit's (_region)."""
+    tokens = dispatch.runtime_tokens
+    tok = tokens.current_tokens.get(mpi_effect)
     if tok is not None:
         tok.block_until_ready()
+    marker = tokens.output_runtime_tokens.get(MARKER_KEY)
+    if marker is not None:
+        marker.block_until_ready()
 
 
 def _new_array(x, data: np.ndarray):

@@ -52,7 +52,10 @@ def lower_with_token(ctx, rule, *operands, **attrs):
         avals_out=[*ctx.avals_out, abstract_token],
     )
     outs = rule(inner, *operands, token, **attrs)
-    ctx.set_tokens_out(mlir.TokenSet({mpi_effect: outs[-1]}))
+    # The other ordered effects' tokens pass through (JAX hands every rule
+    # the whole set: an ordered jax.debug.callback in the same program).
+    ctx.set_tokens_out(ctx.tokens_in.update_tokens(
+        mlir.TokenSet({mpi_effect: outs[-1]})))
     return outs[:-1]
 
 
@@ -67,6 +70,12 @@ def join_token_lowering(ctx, user_token):
 
 
 _MULTI_DEVICE_TEXT = "ordered effects are not supported for more than 1 device"
+
+
+class SeveralDevices(ValueError):
+    """Raised by a lowering that finds jaxmpi calls compiled for several
+    devices (jaxmpi.jit's region, which JAX's own check does not see);
+    reworded with the devices by install_multi_device_error's wrapper."""
 
 
 def _jaxmpi_calls(jaxpr, found, depth=0):
@@ -138,7 +147,8 @@ def install_multi_device_error():
         try:
             return inner(*args, **kwargs)
         except ValueError as e:
-            if _MULTI_DEVICE_TEXT not in str(e) or "MPIEffect" not in str(e):
+            if not isinstance(e, SeveralDevices) and (
+                    _MULTI_DEVICE_TEXT not in str(e) or "MPIEffect" not in str(e)):
                 raise
             jaxpr, devices = find(args, kwargs)
             raise multi_device_error(jaxpr, devices) from e

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 # Public.
 from jax.core import ShapedArray, Tracer
-from jax.extend.core import ClosedJaxpr, Primitive, Token
+from jax.extend.core import ClosedJaxpr, Primitive, Token, jaxpr_as_fun
+from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import ad, batching, mlir
 
 # No public name in any JAX we support:
@@ -75,7 +76,8 @@ remat_allowed_effects = _effects.remat_allowed_effects
 partial_eval_kept_effects = _effects.partial_eval_kept_effects
 
 __all__ = [
-    "AbstractToken", "ClosedJaxpr", "Effect", "Primitive", "dispatch",
+    "AbstractToken", "ClosedJaxpr", "Effect", "Primitive", "dispatch", "hlo",
+    "jaxpr_as_fun",
     "jaxprs_in_params", "lowering_user_frames", "pxla", "source_info_util", "xla_client", "ShapedArray", "Token", "Tracer", "abstract_token",
     "ad", "apply_primitive", "batching", "control_flow_allowed_effects",
     "custom_derivatives_allowed_effects", "lowerable_effects", "mlir",

@@ -12,5 +12,6 @@ jaxmpi.experimental import notoken`` (this same module).
 from . import _api, _nonblocking
 from ._api import *  # noqa: F401,F403  (_api.__all__: the blocking ops)
 from ._nonblocking import *  # noqa: F401,F403  (the starts, wait, Request)
+from ._region import jit
 
-__all__ = [*_api.__all__, *_nonblocking.__all__]
+__all__ = [*_api.__all__, *_nonblocking.__all__, "jit"]

@@ -15,9 +15,11 @@ from mpi4py import MPI
 import jaxmpi.notoken as mpx
 
 f = jax.jit(lambda x: mpx.allreduce(x, MPI.SUM))
+g = mpx.jit(lambda x: mpx.allreduce(x, MPI.SUM))
 x = jnp.arange(3.0)
 print(f"main {f(x).tolist()} {mpx.allreduce(x, MPI.SUM).tolist()}", flush=True)
-for what, call in (("jit", lambda: f(x)), ("eager", lambda: mpx.allreduce(x, MPI.SUM))):
+for what, call in (("jit", lambda: f(x)), ("eager", lambda: mpx.allreduce(x, MPI.SUM)),
+                   ("region", lambda: g(x))):
     got = []
     def other():
         try:
@@ -38,7 +40,7 @@ def test_second_thread(mpirun, tmp_path, level):
     assert job.returncode == 0, job
     out = job.stdout
     assert "main [0.0, 1.0, 2.0] [0.0, 1.0, 2.0]" in out, job
-    for what in ("jit", "eager"):
+    for what in ("jit", "eager", "region"):
         line = next(l for l in out.splitlines() if l.startswith(what + " "))
         if level == "serialized":
             assert "MPIConfigurationError" in line, job

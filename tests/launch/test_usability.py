@@ -149,6 +149,7 @@ MULTI_DEVICE = """
     from mpi4py import MPI
     import jax, jax.numpy as jnp, numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    import jaxmpi
     from jaxmpi import notoken as mpx
 
     rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
@@ -161,6 +162,8 @@ MULTI_DEVICE = """
             return mpx.allreduce(sharded, MPI.SUM)
         if name == "jit":
             return jax.jit(lambda a: mpx.bcast(a, 0))(sharded)
+        if name == "jaxmpi.jit":
+            return jaxmpi.jit(lambda a: mpx.bcast(a, 0))(sharded)
         if name == "jit-out-shardings":
             return jax.jit(lambda a: mpx.allgather(a) * 2, out_shardings=
                            NamedSharding(mesh, P()))(jnp.arange(4.0))
@@ -193,7 +196,7 @@ HELP = (r"jaxmpi needs one JAX device per MPI process: each MPI rank owns one "
 
 @pytest.mark.parametrize("n", [1, 2])
 def test_arrays_on_several_devices(mpirun, tmp_path, n):
-    cases = ["eager", "jit", "jit-out-shardings", "shard_map"]
+    cases = ["eager", "jit", "jaxmpi.jit", "jit-out-shardings", "shard_map"]
     job = mpirun(n, write(tmp_path, MULTI_DEVICE), str(tmp_path), *cases,
                  timeout=300,
                  env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2",
@@ -204,6 +207,8 @@ def test_arrays_on_several_devices(mpirun, tmp_path, n):
                  r"\((?:cpu:0, cpu:1|TFRT_CPU_0, TFRT_CPU_1); sharding NamedSharding",  # JAX 0.6: TFRT_CPU_0
         "jit": r"ValueError: a computation that calls jaxmpi.bcast was "
                r"compiled for 2 devices \((?:cpu:0, cpu:1|TFRT_CPU_0, TFRT_CPU_1)\)",
+        "jaxmpi.jit": r"ValueError: a computation that calls jaxmpi.bcast was "
+                      r"compiled for 2 devices \((?:cpu:0, cpu:1|TFRT_CPU_0, TFRT_CPU_1)\)",
         "jit-out-shardings": r"ValueError: a computation that calls "
                              r"jaxmpi.allgather was compiled for 2 devices",
         "shard_map": r"ValueError: a computation that calls jaxmpi.allreduce "

@@ -23,6 +23,15 @@ def pytest_report_header(config):
             f"MPI {MPI.get_vendor()}, jax {jax.__version__}")
 
 
+@pytest.fixture(params=["jax.jit", "jaxmpi.jit"])
+def jit(request):
+    """The test through jax.jit (the ordered effect's runtime token between
+    dispatches, JAX's Python dispatch) and through jaxmpi.jit (an
+    effect-free region: JAX's C++ dispatch, the device's queue and the
+    region's marker keep the order)."""
+    return jax.jit if request.param == "jax.jit" else jaxmpi.jit
+
+
 @pytest.fixture
 def rank():
     return WORLD.Get_rank()

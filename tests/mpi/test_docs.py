@@ -41,10 +41,12 @@ def test_public_functions_listed():
     for op in (*OPERATIONS, *NONBLOCKING):
         assert f"jaxmpi.{op}" in names and f"jaxmpi.notoken.{op}" in names
     for fn in ("has_cuda_support", "get_default_comm", "set_check",
-               "set_timeout"):
+               "set_timeout", "jit"):
         assert f"jaxmpi.{fn}" in names
-    # Both APIs' operations, has_cuda_support in both, jaxmpi's switches.
-    assert len(PUBLIC) == 2 * (len(OPERATIONS) + len(NONBLOCKING)) + 5
+    assert "jaxmpi.notoken.jit" in names
+    # Both APIs' operations, has_cuda_support and jit in both, jaxmpi's
+    # switches.
+    assert len(PUBLIC) == 2 * (len(OPERATIONS) + len(NONBLOCKING)) + 7
     # Request is public in both (a class: its docstring is checked below).
     assert "Request" in jaxmpi.__all__ and "Request" in notoken.__all__
     assert jaxmpi.Request is notoken.Request is _nonblocking.Request

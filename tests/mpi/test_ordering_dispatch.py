@@ -18,6 +18,7 @@ import pytest
 from jax import lax
 from mpi4py import MPI
 
+import jaxmpi
 from jaxmpi import _eager
 from jaxmpi import notoken as mpx
 from util import RANK, SIZE, check
@@ -75,11 +76,11 @@ def _ranks():
     return np.arange(SIZE, dtype=np.float32)
 
 
-def test_jitted_then_eager_slow_input_on_rank0():
+def test_jitted_then_eager_slow_input_on_rank0(jit):
     # jitted SUM whose input is late on rank 0, then an eager MAX: if the
     # eager call overtook the pending jitted one, rank 0's MAX would meet the
     # others' SUM.
-    f = jax.jit(lambda v: mpx.allreduce(v, MPI.SUM))
+    f = jit(lambda v: mpx.allreduce(v, MPI.SUM))
     _warm(f)
     e = _ready([-RANK, 3 * RANK])
     x = _late(np.float32([RANK + 1, 10 * RANK]), slow=RANK == 0)
@@ -91,12 +92,12 @@ def test_jitted_then_eager_slow_input_on_rank0():
     check(m, np.float32([0, 3 * (SIZE - 1)]))
 
 
-def test_independent_computations_back_to_back_unread():
+def test_independent_computations_back_to_back_unread(jit):
     # Three unrelated jitted programs, the first one late on rank 0, then an
     # eager call; no result read until all four were issued.
-    f = jax.jit(lambda v: mpx.allreduce(v, MPI.SUM))
-    g = jax.jit(lambda v: mpx.allreduce(v, MPI.MAX))
-    h = jax.jit(lambda v: mpx.allreduce(v, MPI.MIN))
+    f = jit(lambda v: mpx.allreduce(v, MPI.SUM))
+    g = jit(lambda v: mpx.allreduce(v, MPI.MAX))
+    h = jit(lambda v: mpx.allreduce(v, MPI.MIN))
     _warm(f, g, h)
     ins = [_ready(v) for v in ([RANK * 2, -RANK], [RANK + 5, -RANK],
                                [RANK, RANK * RANK])]
@@ -114,14 +115,14 @@ def test_independent_computations_back_to_back_unread():
 
 
 @two_ranks
-def test_sends_in_separate_dispatches_keep_order():
+def test_sends_in_separate_dispatches_keep_order(jit):
     # Rank 0 sends three messages with the same tag in three dispatches, the
     # first one late; MPI never lets a later message overtake an earlier one
     # with the same tag, so rank 1 gets them in issue order only if they were
     # issued in program order.
     got = []
-    send = jax.jit(lambda v: mpx.send(v, 1, tag=7) or v)
-    recv = jax.jit(lambda t: mpx.recv(t, 0, tag=7))
+    send = jit(lambda v: mpx.send(v, 1, tag=7) or v)
+    recv = jit(lambda t: mpx.recv(t, 0, tag=7))
     if RANK == 0:
         send(jnp.zeros(2, jnp.float32)).block_until_ready()
     elif RANK == 1:
@@ -137,10 +138,10 @@ def test_sends_in_separate_dispatches_keep_order():
         check(np.stack(got), np.float32([[1, 1], [2, 2], [3, 3]]))
 
 
-def test_eager_and_jitted_interleaved():
+def test_eager_and_jitted_interleaved(jit):
     # Alternating jitted and eager calls with different ops, the jitted ones
     # late on odd ranks; all results read at the end.
-    jit_sum = jax.jit(lambda v: mpx.allreduce(v, MPI.SUM))
+    jit_sum = jit(lambda v: mpx.allreduce(v, MPI.SUM))
     _warm(jit_sum)
     outs = []
     eager_in = [_ready([RANK * (k + 1), -k]) for k in range(4)]
@@ -155,12 +156,12 @@ def test_eager_and_jitted_interleaved():
         check(outs[2 * k + 1], np.float32([(SIZE - 1) * (k + 1), -k]))
 
 
-def test_control_flow_then_eager():
+def test_control_flow_then_eager(jit):
     # A jitted loop of calls (late input on rank 0), then an eager call.
     def body(i, v):
         return mpx.allreduce(v, MPI.SUM) - v
 
-    loop = jax.jit(lambda v: lax.fori_loop(0, 3, body, v))
+    loop = jit(lambda v: lax.fori_loop(0, 3, body, v))
     _warm(loop)
     e = _ready([RANK, 2 * RANK])
     x = _late(np.float32([RANK, 1]), slow=RANK == 0)
@@ -173,8 +174,8 @@ def test_control_flow_then_eager():
     check(np.asarray(z), np.float32([0, 0]))
 
 
-def test_donated_input_and_effects_barrier():
-    f = jax.jit(lambda v: mpx.allreduce(v, MPI.SUM) * 2, donate_argnums=0)
+def test_donated_input_and_effects_barrier(jit):
+    f = jit(lambda v: mpx.allreduce(v, MPI.SUM) * 2, donate_argnums=0)
     _warm(f)
     ins = [_ready([1, RANK]), _ready([RANK, 0])]
     x = _late(np.float32([RANK, 3]), slow=RANK == 0)
@@ -189,11 +190,11 @@ def test_donated_input_and_effects_barrier():
     check(np.asarray(c), np.float32([SIZE - 1, 0]))
 
 
-def test_many_dispatches_results_never_read():
+def test_many_dispatches_results_never_read(jit):
     # 50 dispatches whose results are dropped; the last one's value depends
     # on every call on every rank having matched its peers' in order.
-    f = jax.jit(lambda v: mpx.allreduce(v, MPI.SUM))
-    g = jax.jit(lambda v: mpx.allreduce(v, MPI.MAX))
+    f = jit(lambda v: mpx.allreduce(v, MPI.SUM))
+    g = jit(lambda v: mpx.allreduce(v, MPI.MAX))
     _warm(f, g)
     ins = [_ready([RANK, k]) for k in range(25)]
     final = _ready([RANK, -RANK])
@@ -212,7 +213,7 @@ def _data(shape, dtype, rank, lead=None):
 
 
 @pytest.mark.parametrize("op", ["bcast", "allgather", "alltoall", "scan"])
-def test_eager_direct_path_of_other_collectives(check_mode, op):
+def test_eager_direct_path_of_other_collectives(check_mode, op, jit):
     # bcast, allgather, alltoall and scan take the direct path too: eager
     # and jitted results equal NumPy's on every rank, for every shape kind
     # and a dtype of each kind; the root's bcast gives x itself, as the
@@ -225,7 +226,7 @@ def test_eager_direct_path_of_other_collectives(check_mode, op):
         "scan": lambda v: mpx.scan(v, MPI.LOR if v.dtype == np.bool_ else MPI.SUM),
     }
     f = calls[op]
-    g = jax.jit(f)
+    g = jit(f)
     lead = SIZE if op == "alltoall" else None
     cases = []
     for shape in [(), (0,), (3,), (2, 3)]:
@@ -252,7 +253,7 @@ def test_eager_direct_path_of_other_collectives(check_mode, op):
         check(z, np.asarray(ref, dtype))
 
 
-def test_eager_direct_path_values_and_types(check_mode):
+def test_eager_direct_path_values_and_types(check_mode, jit):
     # The eager direct path gives what the compiled call gives: a new jax
     # Array on the same device, same dtype and shape, 0-d and empty included.
     # It is taken in every check mode (the C core's check runs first).
@@ -265,7 +266,7 @@ def test_eager_direct_path_values_and_types(check_mode):
                             .astype(dtype))
             op = MPI.LOR if dtype == np.bool_ else MPI.SUM
             y = mpx.allreduce(x, op)
-            z = jax.jit(lambda v: mpx.allreduce(v, op))(x)
+            z = jit(lambda v: mpx.allreduce(v, op))(x)
             cases.append((shape, dtype, x, y, z))
     for shape, dtype, x, y, z in cases:  # every call made: assert now
         n = int(np.prod(shape))
@@ -277,3 +278,27 @@ def test_eager_direct_path_values_and_types(check_mode):
         assert y.devices() == x.devices()
         check(y, np.asarray(ref, dtype))
         check(z, np.asarray(ref, dtype))
+
+
+def test_jaxmpi_jit_and_jax_jit_interleaved():
+    # Dispatches of both kinds alternate (the first of each late on a
+    # different rank), then an eager call: the runtime token orders only
+    # jax.jit's; the device's queue must order the rest.
+    f = jaxmpi.jit(lambda v: mpx.allreduce(v, MPI.SUM))
+    g = jax.jit(lambda v: mpx.allreduce(v, MPI.MAX))
+    _warm(f, g)
+    assert f.fast
+    ins = [_ready([RANK, -RANK]), _ready([2 * RANK, 1])]
+    e = _ready([RANK + 1, 0])
+    a = f(_late(np.float32([RANK, 1]), slow=RANK == 0))
+    b = g(_late(np.float32([-RANK, RANK]), slow=RANK == SIZE - 1))
+    c = f(ins[0])
+    d = g(ins[1])
+    z = mpx.allreduce(e, MPI.MIN)
+    r = _ranks()
+    a, b, c, d, z = map(np.asarray, (a, b, c, d, z))
+    check(a, np.float32([r.sum(), SIZE]))
+    check(b, np.float32([0, SIZE - 1]))
+    check(c, np.float32([r.sum(), -r.sum()]))
+    check(d, np.float32([2 * (SIZE - 1), 1]))
+    check(z, np.float32([1, 0]))

@@ -1,0 +1,205 @@
+"""``jaxmpi.jit``: a jitted function whose calls take JAX's C++ dispatch path.
+
+Any effect in a jitted computation turns off JAX's C++ fast path, and every
+call of a computation with an ordered effect passes a runtime token: a
+jitted function holding one 4-byte allreduce cost 55-65 us per call against
+5-6 us for a plain one (docs/design.md, "Dispatch"). ``jaxmpi.jit(f)``
+traces ``f`` as ``jax.jit`` would, then wraps its jaxpr in one primitive,
+``jaxmpi_region``, that carries no effect: the computation JAX dispatches has
+no effect, so its calls take the C++ path. The region's lowering creates the
+ordered effect's token inside the computation (``stablehlo.create_token``)
+and threads it through every jaxmpi call of ``f`` in program order, across
+loops and conditionals, exactly as JAX threads it for ``jax.jit``: the order
+inside a computation is unchanged.
+
+What the region gives up is the runtime token between dispatches. The order
+of calls across dispatches then rests on the device's queue: XLA:CPU runs
+one device's computations in the order they were enqueued (JAX relies on it
+for its own output tokens, dispatch.RuntimeTokenSet; measured in
+docs/design.md; tests/mpi/test_ordering_dispatch.py runs every case through
+both ``jax.jit`` and ``jaxmpi.jit``). Each region also returns a scalar
+marker, made when the computation ends, which the wrapper hands to JAX as
+the thread's output runtime token: ``jax.effects_barrier()`` and the eager
+direct path (_eager.wait_for_dispatched) wait for it, as they wait for the
+runtime token of ``jax.jit``'s computations.
+
+The rules, each checked:
+
+* one device per computation (jaxmpi's several-devices error at lowering);
+* below ``MPI_THREAD_MULTIPLE``, one Python thread (``_threads.guard`` at
+  every call, as for every jaxmpi dispatch);
+* only jaxmpi's effect: a function with any other effect (``jax.debug``
+  callbacks, ``io_callback``) is compiled as ``jax.jit`` compiles it, with
+  its runtime tokens and JAX's Python dispatch (``fast`` says which);
+* under a trace (``jax.jit``, ``grad``, ``vmap``, an outer
+  ``jaxmpi.jit``) the function is ``jax.jit(f)``: transformations see the
+  ordered effect as usual.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+
+from . import _jax_compat as _compat
+from ._effect import SeveralDevices, multi_device_error, mpi_effect
+from ._jax_compat import Primitive, ShapedArray, Tracer, dispatch, mlir
+from ._threads import guard
+
+_MARKER_AVAL = ShapedArray((), np.dtype(np.bool_))
+# The key of the marker among JAX's per-thread output runtime tokens (JAX
+# keys its own by device and only ever reads the values).
+MARKER_KEY = "jaxmpi.jit"
+
+region_p = Primitive("jaxmpi_region")
+region_p.multiple_results = True
+
+
+def _region_abstract_eval(*avals, jaxpr):
+    return [*jaxpr.out_avals, _MARKER_AVAL]
+
+
+def _region_impl(*args, jaxpr):
+    # Bound only while jax.jit traces the wrapper; kept for completeness.
+    return [*_compat.jaxpr_as_fun(jaxpr)(*args), np.bool_(True)]
+
+
+region_p.def_abstract_eval(_region_abstract_eval)
+region_p.def_impl(_region_impl)
+
+
+def _region_lowering(ctx, *args, jaxpr):
+    if getattr(ctx.module_context.axis_context, "num_devices", 1) > 1:
+        # JAX's own check sees no ordered effect here; the wrapper of
+        # _effect.install_multi_device_error names the devices.
+        raise SeveralDevices(str(multi_device_error(jaxpr, None)))
+    token = _compat.hlo.create_token()
+    inner = ctx.replace(tokens_in=mlir.TokenSet({mpi_effect: token}),
+                        avals_out=ctx.avals_out[:-1])
+    outs = mlir.core_call_lowering(inner, *args, name="jaxmpi_region",
+                                   call_jaxpr=jaxpr)
+    marker = mlir.ir_constant(np.bool_(True))
+    return [*outs, marker]
+
+
+mlir.register_lowering(region_p, _region_lowering)
+
+
+def _last_marker():
+    """The marker of this thread's last dispatched region, if any."""
+    return dispatch.runtime_tokens.output_runtime_tokens.get(MARKER_KEY)
+
+
+class Jitted:
+    """A function compiled by ``jaxmpi.jit`` (see ``jaxmpi.jit``)."""
+
+    def __init__(self, fun, jit_kwargs):
+        functools.update_wrapper(self, fun)
+        self._fun = fun
+        self._plain = jax.jit(fun, **jit_kwargs)
+        region = functools.wraps(fun)(
+            lambda *args, **kwargs: self._region(*args, **kwargs))
+        self._fast = jax.jit(region, **jit_kwargs)
+        # Per traced signature: whether the region applied (None: not
+        # traced yet).
+        self.fast = None
+
+    def _region(self, *args, **kwargs):
+        """Traced by jax.jit: ``fun``'s jaxpr inside one effect-free
+        region, and the marker."""
+        leaves, tree = jax.tree.flatten((args, kwargs))
+        dyn = [i for i, leaf in enumerate(leaves) if isinstance(leaf, Tracer)]
+        out_tree = []
+
+        def flat(*values):
+            filled = list(leaves)
+            for i, value in zip(dyn, values):
+                filled[i] = value
+            a, k = jax.tree.unflatten(tree, filled)
+            outs, t = jax.tree.flatten(self._fun(*a, **k))
+            out_tree.append(t)
+            return outs
+
+        closed = jax.make_jaxpr(flat)(*[leaves[i] for i in dyn])
+        if set(closed.effects) != {mpi_effect}:
+            # No jaxmpi call (nothing to hide), or an effect the region
+            # cannot carry: jax.jit's own lowering and dispatch.
+            self.fast = False
+            return self._fun(*args, **kwargs), np.bool_(True)
+        self.fast = True
+        *outs, marker = region_p.bind(*[leaves[i] for i in dyn], jaxpr=closed)
+        return jax.tree.unflatten(out_tree[0], outs), marker
+
+    def __call__(self, *args, **kwargs):
+        if not _compat.trace_state_clean():
+            return self._plain(*args, **kwargs)
+        guard()
+        out, marker = self._fast(*args, **kwargs)
+        dispatch.runtime_tokens.output_runtime_tokens[MARKER_KEY] = marker
+        return out
+
+    def lower(self, *args, **kwargs):
+        """The region's program, as ``jax.jit(fun).lower`` gives jax.jit's
+        (its last output is the marker)."""
+        return self._fast.lower(*args, **kwargs)
+
+    def __repr__(self):
+        return f"jaxmpi.jit({getattr(self._fun, '__qualname__', self._fun)!r})"
+
+
+def jit(fun=None, **jit_kwargs):
+    """``jax.jit`` whose calls cost what a plain jitted call costs.
+
+    A function compiled by ``jax.jit`` that calls jaxmpi carries jaxmpi's
+    ordered effect, which puts every call on JAX's Python dispatch path
+    (about 60 us per call on a 2-core machine, against 5 us for a jitted
+    function without MPI). ``jaxmpi.jit`` compiles the same program with
+    the same order of MPI calls inside it, but its calls take JAX's C++
+    dispatch path: a jitted step that holds an allreduce then costs the
+    plain call plus the MPI time. The rules (each checked): one device
+    per process, jaxmpi work dispatched from one Python thread below
+    ``MPI_THREAD_MULTIPLE``, and no effect but jaxmpi's (a function with
+    ``jax.debug`` callbacks or ``io_callback`` is compiled as ``jax.jit``
+    would, and dispatched on its slower path). Across calls, MPI calls
+    are issued in program order, as with ``jax.jit``; under a
+    transformation (an outer ``jax.jit``, ``grad``, ``vmap``) it is
+    ``jax.jit(fun)``.
+
+    Args:
+        fun: the function to compile (or omitted: ``jaxmpi.jit(**kw)``
+            returns a decorator).
+        jit_kwargs: keyword arguments passed on to ``jax.jit``
+            (``static_argnums``, ``static_argnames``, ``donate_argnums``,
+            ...).
+
+    Returns:
+        A callable like ``jax.jit(fun)``'s. Its ``fast`` attribute says
+        whether the last traced signature took the fast path (None before
+        the first call).
+
+    Raises:
+        ValueError: the computation was compiled for several devices.
+        MPIConfigurationError: below ``MPI_THREAD_MULTIPLE``, a second
+            Python thread dispatched jaxmpi work.
+
+    Example:
+        ::
+
+            import jaxmpi
+            import jaxmpi.notoken as mpx
+
+            def step(w, g):
+                g = mpx.allreduce(g, op=MPI.SUM) / size
+                return w - 0.1 * g
+
+            step = jaxmpi.jit(step)    # or @jaxmpi.jit above the def
+            w = step(w, g)      # C++ dispatch: a plain call + the MPI time
+    """
+    if fun is None:
+        return lambda f: jit(f, **jit_kwargs)
+    if not callable(fun):
+        raise TypeError(f"jit: fun must be callable, got "
+                        f"{type(fun).__name__}: {fun!r}")
+    return Jitted(fun, jit_kwargs)
