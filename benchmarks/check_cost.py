@@ -10,7 +10,9 @@ allreduces, and a loop of ``--p2p-iters`` 4-byte send/recv ping-pongs (the
 default probes every receive). The modes alternate within a round, in an
 order that flips every round, so that a load change on a shared machine
 hits both. Prints, on rank 0, every sample, then per mode the best and the
-median time per call and their ratio to JAXMPI_CHECK=0.
+median time per call, their ratio to JAXMPI_CHECK=0, and the median of the
+rounds' own ratios (each round's sample against the JAXMPI_CHECK=0 sample
+next to it).
 """
 
 from __future__ import annotations
@@ -102,18 +104,23 @@ def main():
         return
     print(f"\n{world.Get_size()} ranks, {args.iters} allreduces / "
           f"{args.p2p_iters} ping-pongs per sample, {args.rounds} rounds")
+    # paired/off: the median over rounds of each round's ratio to the first
+    # mode's sample of the same round (run next to it), which cancels the
+    # slow drifts of a shared machine that the separate medians keep.
     print(f"{'op':10s} {'mode':7s} {'best us':>9s} {'median us':>10s} "
-          f"{'best/off':>9s} {'median/off':>11s}")
+          f"{'best/off':>9s} {'median/off':>11s} {'paired/off':>11s}")
     for kind in ("allreduce", "pingpong"):
         base = samples[(kind, modes[0])]
         if not base:
             continue
         for mode in modes:
             s = samples[(kind, mode)]
+            paired = statistics.median(a / b for a, b in zip(s, base))
             print(f"{kind:10s} {mode:7s} {min(s) * 1e6:9.3f} "
                   f"{statistics.median(s) * 1e6:10.3f} "
                   f"{min(s) / min(base):9.4f} "
-                  f"{statistics.median(s) / statistics.median(base):11.4f}")
+                  f"{statistics.median(s) / statistics.median(base):11.4f} "
+                  f"{paired:11.4f}")
 
 
 if __name__ == "__main__":

@@ -20,21 +20,16 @@ static int no_copy(jm_Comm old, int kv, void *extra, void *in, void *out,
 /* Shadows freed so far: a thread's cached lookup (below) is valid only while
  * this has not changed, since a freed communicator's handle may come back
  * for a new one. */
-static _Atomic uint64_t shadows_freed;
+_Atomic uint64_t jm_shadows_freed;
 
 /* The last communicator this thread looked up, and its shadow: saves the
  * MPI_Comm_get_attr of every collective in the default check mode (measured
  * with callgrind: about 170 instructions per call). */
-static _Thread_local struct {
-  int valid;
-  jm_Comm comm;
-  jm_shadow *shadow;
-  uint64_t freed;
-} last_lookup;
+_Thread_local jm_shadow_cache jm_shadow_last;
 
 static int free_shadow(jm_Comm comm, int kv, void *val, void *extra) {
   (void)comm, (void)kv, (void)extra;
-  atomic_fetch_add(&shadows_freed, 1);
+  atomic_fetch_add(&jm_shadows_freed, 1);
   jm_shadow *s = val;
   int rc = jm_mpi.Comm_free(&s->dup);
   free(s);
@@ -54,10 +49,10 @@ int jm_shadow_init(char *err, size_t errlen) {
 
 int jm_shadow_get(jm_Comm comm, jm_shadow **out) {
   const uint64_t freed =
-      atomic_load_explicit(&shadows_freed, memory_order_acquire);
-  if (last_lookup.valid && last_lookup.comm == comm &&
-      last_lookup.freed == freed) {
-    *out = last_lookup.shadow;
+      atomic_load_explicit(&jm_shadows_freed, memory_order_acquire);
+  jm_shadow_cache *last = &jm_shadow_last;
+  if (last->valid && last->comm == comm && last->freed == freed) {
+    *out = last->shadow;
     return 0;
   }
   if (!atomic_load(&keyval_ready)) return -1;
@@ -67,10 +62,7 @@ int jm_shadow_get(jm_Comm comm, jm_shadow **out) {
   if (rc) return rc;
   if (flag) {
     *out = val;
-    last_lookup.valid = 1;
-    last_lookup.comm = comm;
-    last_lookup.shadow = val;
-    last_lookup.freed = freed;
+    *last = (jm_shadow_cache){1, comm, val, freed};
     return 0;
   }
   jm_shadow *s = calloc(1, sizeof *s);
@@ -90,10 +82,7 @@ int jm_shadow_get(jm_Comm comm, jm_shadow **out) {
     return rc;
   }
   *out = s;
-  last_lookup.valid = 1;
-  last_lookup.comm = comm;
-  last_lookup.shadow = s;
-  last_lookup.freed = freed;
+  *last = (jm_shadow_cache){1, comm, s, freed};
   return 0;
 }
 

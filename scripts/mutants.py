@@ -87,6 +87,13 @@ MUTANTS = [
            "  for (int i = 0; i < n; i++) {\n    XLA_FFI_Error *err = jm_check_received(",
            "  for (int i = 0; i < n - 1; i++) {\n    XLA_FFI_Error *err = jm_check_received(",
            "neighbor_exchange: the last pair's received size is not checked", (P2P,)),
+    Mutant("c-shadow-cache-stale", "csrc/shadow.h",
+           "  if (last->valid && last->comm == comm &&\n"
+           "      last->freed ==\n"
+           "          atomic_load_explicit(&jm_shadows_freed, memory_order_acquire))",
+           "  if (last->valid && last->comm == comm)",
+           "the inline shadow lookup keeps a freed communicator's shadow",
+           ("tests/mpi/test_check_default.py",)),
     Mutant("c-proc-null-no-zeros", "csrc/check.c",
            "    return jm_zero(c, y->data, (size_t)y->count * y->elsize);",
            "    return NULL;",
