@@ -216,11 +216,18 @@ def fastest_safe_thread_level() -> str:
     from mpi4py import MPI
 
     if MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
-        return ("'serialized' is the fastest safe level (MPICH: ~0.25 us less "
-                "per MPI call than 'multiple'): set mpi4py.rc.thread_level = "
-                "'serialized' before importing mpi4py.MPI, dispatch jaxmpi "
-                "work from one Python thread (enforced), call "
-                "jax.effects_barrier() before your own mpi4py calls")
+        # What 'multiple' costs a 4-byte call at 2 ranks, per MPI
+        # (benchmarks/thread_level.py; outputs in benchmarks/).
+        vendor = MPI.get_vendor()[0]
+        cost = {"MPICH": "MPICH: 0.1-1 us more per MPI call than 'serialized'",
+                "Open MPI": "Open MPI: about 0.1 us more per call",
+                "Intel MPI": "Intel MPI: no measurable difference"}.get(
+                    vendor, f"{vendor}: not measured")
+        return (f"'serialized' is the fastest safe level ({cost}): set "
+                "mpi4py.rc.thread_level = 'serialized' before importing "
+                "mpi4py.MPI, dispatch jaxmpi work from one Python thread "
+                "(enforced), call jax.effects_barrier() before your own "
+                "mpi4py calls")
     return ("'serialized' in use, the fastest safe level: jaxmpi refuses a "
             "second Python thread; call jax.effects_barrier() before your own "
             "mpi4py calls")
