@@ -27,6 +27,7 @@ from . import _core
 from ._jax_compat import (Primitive, ShapedArray, ad, apply_primitive, batching,
                           lowering_user_frames, mlir)
 from ._effect import join_token_lowering, lower_with_token, mpi_effect
+from ._region import apply_primitive as region_apply
 from ._validate import reserved_tag_bit
 
 PRIMITIVES: dict[str, Primitive] = {}
@@ -75,7 +76,7 @@ def _define(name: str, shape_rule, aliases=None) -> Primitive:
     that, for ops whose shapes differ between ranks)."""
     prim = Primitive(f"jaxmpi_{name}")
     prim.multiple_results = True
-    prim.def_impl(partial(apply_primitive, prim))
+    prim.def_impl(partial(region_apply, prim))
     prim.def_effectful_abstract_eval(
         lambda *avals, **params: (shape_rule(*avals, **params), {mpi_effect})
     )

@@ -169,3 +169,18 @@ def test_token_api_and_names():
     check(f(jnp.float32(RANK)), np.float32(TOTAL))
     assert f.fast is True
     assert "jaxmpi.jit" in repr(f) and f.__name__ == "f"
+
+
+@pytest.mark.skipif(SIZE < 2, reason="ranks must disagree")
+def test_errors_have_the_documented_type():
+    # A call that fails when it runs raises jax.errors.JaxRuntimeError on
+    # every rank, on JAX's C++ path too (which raises a computation's
+    # failure as a ValueError): rank 0 runs a signature it ran before.
+    from util import check_mode
+
+    f = jaxmpi.jit(lambda x: mpx.allreduce(x, MPI.SUM))
+    jax.block_until_ready(f(jnp.ones(3)))
+    with check_mode("all"):
+        with pytest.raises(jax.errors.JaxRuntimeError,
+                           match="FAILED_PRECONDITION: jaxmpi.allreduce"):
+            jax.block_until_ready(f(jnp.ones(3 + (RANK > 0))))
