@@ -35,8 +35,9 @@ from jax._src.core import abstract_token
 from jax._src.core import jaxprs_in_params
 # - JAX's dispatch internals: the per-thread runtime tokens of ordered
 #   effects (RuntimeTokenSet: jaxmpi hands a one-device token on as it is,
-#   and eager calls wait on it), and the lowering function that raises the
-#   several-devices error jaxmpi rewords;
+#   and eager calls wait on it; jaxmpi.jit's marker is kept among its
+#   output runtime tokens, which jax.effects_barrier waits for), and the
+#   lowering function that raises the several-devices error jaxmpi rewords;
 from jax._src import dispatch
 from jax._src.interpreters import pxla
 # - making a jax Array from a host buffer without a trace (the eager path).

@@ -89,11 +89,6 @@ def _region_lowering(ctx, *args, jaxpr):
 mlir.register_lowering(region_p, _region_lowering)
 
 
-def _last_marker():
-    """The marker of this thread's last dispatched region, if any."""
-    return dispatch.runtime_tokens.output_runtime_tokens.get(MARKER_KEY)
-
-
 # The status codes of the C core's errors (_core._ERROR_CODES).
 _STATUS = re.compile(r"(INVALID_ARGUMENT|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|"
                      r"FAILED_PRECONDITION|INTERNAL): jaxmpi\.")
