@@ -54,6 +54,7 @@ from mpi4py import MPI
 
 from . import _jax_compat as _jcore
 from . import _validate as v
+from ._region import jit as _region_jit
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,73 @@ def _arguments(op, spec: Spec, sig, args, kwargs):
     return fn, bound, info, rows
 
 
+# Eager calls of these operations run the whole tree call (packing, the MPI
+# call per dtype, unpacking) as one jaxmpi.jit region, cached per operation,
+# tree structure and static arguments: one C++ dispatch of all leaves. A
+# 100-leaf float32 tree (237 KiB) at 2 ranks: 1.26 ms per eager allreduce
+# with the packing and the unpacking each a jitted computation around the
+# single-array eager call, ... with one region. Operations whose eager
+# result is an input itself (bcast on the root, gather off it, ...) keep
+# that path, which returns the input unchanged as their single-array forms
+# do.
+_REGION_OPS = frozenset({"allreduce", "scan", "exscan", "allgather",
+                         "alltoall", "reduce_scatter", "allgatherv",
+                         "alltoallv"})
+_regions: dict = {}
+
+
+def _static(value):
+    """A hashable stand-in for a static argument of a tree call (mpi4py's
+    handles are not hashable: their type and handle), or raises TypeError."""
+    if isinstance(value, (MPI.Comm, MPI.Op, MPI.Datatype)):
+        return (type(value).__name__, MPI._handleof(value))
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return tuple(_static(x) for x in np.asarray(value, object).ravel()) + (
+            np.shape(value),)
+    hash(value)
+    return value
+
+
+def _region_call(op, spec: Spec, sig, args, kwargs):
+    """The eager tree call as one cached region, or None where it does not
+    apply (another operation, a token, a leaf that is not a jax Array, an
+    argument with no hashable stand-in)."""
+    if op.__name__ not in _REGION_OPS:
+        return None
+    bound = sig.bind(*args, **kwargs)
+    bound.apply_defaults()
+    a = bound.arguments
+    if a.get("token") is not None:
+        return None
+    leaves, treedef = jax.tree_util.tree_flatten([a[t] for t in spec.trees])
+    if not leaves or not all(isinstance(x, jax.Array) for x in leaves):
+        return None
+    try:
+        key = (op, spec, treedef, tuple(
+            (k, _static(x)) for k, x in a.items() if k not in spec.trees))
+    except TypeError:
+        return None
+    fn = _regions.get(key)
+    if fn is None:
+        if len(_regions) > 256:
+            _regions.clear()
+
+        static = {k: x for k, x in a.items() if k not in spec.trees}
+
+        def whole(*flat):
+            trees = jax.tree_util.tree_unflatten(treedef, flat)
+            return _call_tree(op, spec, sig, (),
+                              {**static, **dict(zip(spec.trees, trees))})
+
+        fn = _regions[key] = _region_jit(whole)
+    return fn(*leaves)
+
+
 def _call_tree(op, spec: Spec, sig, args, kwargs):
+    if _jcore.trace_state_clean():
+        out = _region_call(op, spec, sig, args, kwargs)
+        if out is not None:
+            return out
     fn, bound, info, rows = _arguments(op, spec, sig, args, kwargs)
     a = bound.arguments
     trees = [_groups(a[t], fn, t, rows and i == 0)
