@@ -89,9 +89,10 @@ def _region_lowering(ctx, *args, jaxpr):
 mlir.register_lowering(region_p, _region_lowering)
 
 
-# The status codes of the C core's errors (_core._ERROR_CODES).
+# The status codes of the C core's errors (every XLA_FFI_Error_Code that
+# csrc/ uses).
 _STATUS = re.compile(r"(INVALID_ARGUMENT|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|"
-                     r"FAILED_PRECONDITION|INTERNAL): jaxmpi\.")
+                     r"FAILED_PRECONDITION|INTERNAL|UNIMPLEMENTED): jaxmpi\.")
 
 
 def _runtime_error(e: ValueError) -> Exception:
