@@ -895,7 +895,10 @@ XLA_FFI_Error *jm_run_ialltoallv(jm_call *c) {
   int rc = 0;
   if (unit > 1) {
     rc = jm_mpi.Type_contiguous((int)unit, x->mpi, &t);
-    if (!rc) rc = jm_mpi.Type_commit(&t);
+    if (!rc) {
+      rc = jm_mpi.Type_commit(&t);
+      if (rc) jm_mpi.Type_free(&t);
+    }
     if (rc) {
       free(ints);
       return jm_mpi_failure(c, "MPI_Type_contiguous (a row)", NULL, 0, rc);
