@@ -2108,10 +2108,11 @@ def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK`` (and on the calls the default sparse check
-            covers), ranks whose counts, dtype or row shape disagree, or
-            that call another operation (the blocking form included)
-            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
-            4096 requests of this process already in flight
+            covers), ranks whose dtype or row shape disagree, a rank whose
+            ``recvcounts[i]`` is not rank i's ``sendcounts[rank]``, or
+            ranks that call another operation (the blocking form
+            included) (``FAILED_PRECONDITION``, on every rank, before the
+            MPI call); 4096 requests of this process already in flight
             (``RESOURCE_EXHAUSTED``); this rank's counts or displacements
             above ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``) even in rows
             (each rank knows only its own counts: raised on the ranks whose
