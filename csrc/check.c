@@ -88,8 +88,9 @@ typedef struct jm_sig {
   int64_t root;     /* -1 when the op has none */
   uint64_t digest;  /* of the unchecked calls since the last checked one */
   int64_t since;    /* number of the first of them */
-  /* Row counts (`counts` of allgatherv, gatherv, scatterv; equal on every
-   * rank): a hash of all, how many, and the first few for the message. */
+  /* Row counts (`counts` of allgatherv, gatherv, scatterv and their
+   * non-blocking forms; equal on every rank): a hash of all, how many, and
+   * the first few for the message. */
   uint64_t rows_hash;
   int64_t nrows;
   int64_t rows[JM_SIG_ROWS];
@@ -288,14 +289,16 @@ static void report_field(const jm_sig *all, int size, int f, char *out,
 }
 
 /* The array a rank contributes: the result for scatter (the root's input is
- * the whole table), the input otherwise; none for barrier. iscatter's block
- * is its last result (the root's results are [x, table, block], elsewhere
- * [x, block]: request.c). */
+ * the whole table), the input otherwise; none for barrier. iscatter's and
+ * iscatterv's block is their last result (the root's results are [handle,
+ * table, block], elsewhere [handle, block]: request.c). */
 static const jm_buffer *payload(const jm_call *c, const jm_op_desc *desc) {
   if ((desc->id == JM_OP_scatter || desc->id == JM_OP_scatterv) &&
       desc->nrets > 0)
     return &c->ret[0];
-  if (desc->id == JM_OP_iscatter && c->nrets > 1) return &c->ret[c->nrets - 1];
+  if ((desc->id == JM_OP_iscatter || desc->id == JM_OP_iscatterv) &&
+      c->nrets > 1)
+    return &c->ret[c->nrets - 1];
   if (desc->nargs > 0) return &c->arg[0];
   return NULL;
 }

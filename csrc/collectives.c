@@ -246,21 +246,20 @@ typedef struct jm_vplan {
   int64_t stack[2 * JM_VPLAN_STACK];
 } jm_vplan;
 
-static int64_t row_elems(const jm_buffer *b) {
+int64_t jm_row_elems(const jm_buffer *b) {
   int64_t n = 1;
   for (int64_t d = 1; d < b->ndim; d++) n *= b->dims[d];
   return n;
 }
 
-/* Same dtype, both with a first axis, the same dimensions after it. */
-static int same_rows(const jm_buffer *a, const jm_buffer *b) {
+int jm_same_rows(const jm_buffer *a, const jm_buffer *b) {
   if (a->dtype != b->dtype || a->ndim < 1 || a->ndim != b->ndim) return 0;
   for (int64_t d = 1; d < a->ndim; d++)
     if (a->dims[d] != b->dims[d]) return 0;
   return 1;
 }
 
-static int64_t rows_total(const jm_call *c, int k) {
+int64_t jm_rows_total(const jm_call *c, int k) {
   int64_t t = 0;
   for (int i = 0; i < c->size; i++) t += jm_rows(c, k, i);
   return t;
@@ -287,7 +286,7 @@ static XLA_FFI_Error *vplan_make(jm_call *c, jm_vplan *p, int k,
                       "the counts' elements overflow 64 bits");
     }
   }
-  p->total = rows_total(c, k);
+  p->total = jm_rows_total(c, k);
   return NULL;
 }
 
@@ -306,13 +305,13 @@ static XLA_FFI_Error *allgatherv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
 XLA_FFI_Error *jm_run_allgatherv(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c,
-            same_rows(x, y) &&
+            jm_same_rows(x, y) &&
                 x->dims[0] == jm_rows(c, JM_ROWS_COUNTS, c->rank) &&
-                y->dims[0] == rows_total(c, JM_ROWS_COUNTS),
+                y->dims[0] == jm_rows_total(c, JM_ROWS_COUNTS),
             "the input must have counts[rank] rows and the result sum(counts) "
             "rows of the input's shape and dtype");
   jm_vplan p;
-  XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, row_elems(x));
+  XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, jm_row_elems(x));
   if (err) return err;
   err = allgatherv_call(c, x, y, &p);
   vplan_free(&p);
@@ -332,15 +331,15 @@ XLA_FFI_Error *jm_run_gatherv(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   int root = c->rank == c->root;
   JM_EXPECT(c,
-            same_rows(x, y) &&
+            jm_same_rows(x, y) &&
                 x->dims[0] == jm_rows(c, JM_ROWS_COUNTS, c->rank) &&
                 y->dims[0] ==
-                    (root ? rows_total(c, JM_ROWS_COUNTS) : x->dims[0]),
+                    (root ? jm_rows_total(c, JM_ROWS_COUNTS) : x->dims[0]),
             "the input must have counts[rank] rows; the result sum(counts) "
             "rows on the root, the input's shape elsewhere");
   /* Every rank makes the root's plan: all choose the same path. */
   jm_vplan p;
-  XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, row_elems(x));
+  XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, jm_row_elems(x));
   if (err) return err;
   err = gatherv_call(c, x, y, &p);
   vplan_free(&p);
@@ -360,14 +359,14 @@ XLA_FFI_Error *jm_run_scatterv(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   int root = c->rank == c->root;
   JM_EXPECT(c,
-            same_rows(x, y) &&
+            jm_same_rows(x, y) &&
                 y->dims[0] == jm_rows(c, JM_ROWS_COUNTS, c->rank) &&
                 x->dims[0] ==
-                    (root ? rows_total(c, JM_ROWS_COUNTS) : y->dims[0]),
+                    (root ? jm_rows_total(c, JM_ROWS_COUNTS) : y->dims[0]),
             "the result must have counts[rank] rows; the root's input "
             "sum(counts) rows of the result's shape and dtype");
   jm_vplan p;
-  XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, row_elems(y));
+  XLA_FFI_Error *err = vplan_make(c, &p, JM_ROWS_COUNTS, jm_row_elems(y));
   if (err) return err;
   err = scatterv_call(c, x, y, &p);
   vplan_free(&p);
@@ -378,7 +377,7 @@ static XLA_FFI_Error *alltoallv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
                                      const jm_vplan *s, const jm_vplan *r) {
   JM_MPI(c, "MPI_Alltoallv", NULL, 0, x->count, x->dtype,
          jm_Alltoallv(x->data, s->count, s->displ, y->data, r->count,
-                      r->displ, row_elems(x), c->size, x->elsize, x->mpi,
+                      r->displ, jm_row_elems(x), c->size, x->elsize, x->mpi,
                       c->comm));
   return NULL;
 }
@@ -419,8 +418,8 @@ static XLA_FFI_Error *alltoallv_swap(jm_call *c, jm_buffer *x, jm_buffer *y,
   if (c->on_device) {
     JM_MPI(c, "MPI_Alltoallv (in place)", NULL, 0, y->count, y->dtype,
            jm_Alltoallv(jm_const.in_place, p->count, p->displ, y->data,
-                        p->count, p->displ, row_elems(y), c->size, y->elsize,
-                        y->mpi, c->comm));
+                        p->count, p->displ, jm_row_elems(y), c->size,
+                        y->elsize, y->mpi, c->comm));
     return NULL;
   }
   jm_blocks b = {p->count, p->displ, 0};
@@ -433,14 +432,15 @@ static XLA_FFI_Error *alltoallv_swap(jm_call *c, jm_buffer *x, jm_buffer *y,
 XLA_FFI_Error *jm_run_alltoallv(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c,
-            same_rows(x, y) && x->dims[0] == rows_total(c, JM_ROWS_SEND) &&
-                y->dims[0] == rows_total(c, JM_ROWS_RECV),
+            jm_same_rows(x, y) &&
+                x->dims[0] == jm_rows_total(c, JM_ROWS_SEND) &&
+                y->dims[0] == jm_rows_total(c, JM_ROWS_RECV),
             "the input must have sum(sendcounts) rows and the result "
             "sum(recvcounts) rows of the input's shape and dtype");
   jm_vplan s, r;
-  XLA_FFI_Error *err = vplan_make(c, &s, JM_ROWS_SEND, row_elems(x));
+  XLA_FFI_Error *err = vplan_make(c, &s, JM_ROWS_SEND, jm_row_elems(x));
   if (err) return err;
-  err = vplan_make(c, &r, JM_ROWS_RECV, row_elems(y));
+  err = vplan_make(c, &r, JM_ROWS_RECV, jm_row_elems(y));
   if (err) {
     vplan_free(&s);
     return err;

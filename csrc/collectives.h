@@ -11,6 +11,14 @@
  * written there. */
 void *jm_recv_ptr(void *data, int64_t n);
 
+/* The variable-count ops' rows (along axis 0): a row's elements (the
+ * product of the dimensions after the first); whether a and b have the same
+ * dtype, a first axis and the same dimensions after it; the rows of row
+ * counts k (JM_ROWS_*) summed over the ranks. */
+int64_t jm_row_elems(const jm_buffer *b);
+int jm_same_rows(const jm_buffer *a, const jm_buffer *b);
+int64_t jm_rows_total(const jm_call *c, int k);
+
 /* reduce_scatter's counts: the call's `counts` attribute (rows per rank)
  * checked against x (sum(counts) rows) and y (counts[rank] rows). On
  * success *counts holds them as elements per rank (c->size of them) and

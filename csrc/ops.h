@@ -99,7 +99,17 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(ireduce_scatter_block, 1, 3, 0, JM_A(comm) | JM_A(op))                     \
   X(ireduce_scatter, 1, 3, 0, JM_A(comm) | JM_A(op) | JM_A(counts))            \
   X(ineighbor_exchange, JM_VARIADIC, JM_VARIADIC, 0,                           \
-    JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))
+    JM_A(comm) | JM_A(sources) | JM_A(dests) | JM_A(tag))                      \
+  JM_IVOPS(X)
+
+/* Non-blocking variable counts (request.c): the buffers are [x, y] (the
+ * rooted ops: [x] off gatherv's root, [y] off scatterv's), never one
+ * buffer for both. */
+#define JM_IVOPS(X)                                                            \
+  X(iallgatherv, 1, 3, 0, JM_A(comm) | JM_A(counts))                           \
+  X(igatherv, 1, JM_VARIADIC, 0, JM_A(comm) | JM_A(counts) | JM_A(root))       \
+  X(iscatterv, 1, JM_VARIADIC, 0, JM_A(comm) | JM_A(counts) | JM_A(root))      \
+  X(ialltoallv, 1, 3, 0, JM_A(comm) | JM_A(sendcounts) | JM_A(recvcounts))
 
 /* Every op's number, JM_OP_<name>: blocking ops first, then the starts. */
 #define JM_OP_ENUM(name, nargs, nrets, templates, attrs) JM_OP_##name,

@@ -303,6 +303,10 @@ static XLA_FFI_Error *begin(jm_call *c, jm_req **out, const char *fn,
   r->call.stream = NULL;
   for (int i = 0; i < JM_MAX_BUFFERS; i++) r->call.arg[i].dims = NULL;
   for (int i = 0; i < JM_MAX_BUFFERS; i++) r->call.ret[i].dims = NULL;
+  for (int k = 0; k < 3; k++) {
+    r->call.rows[k] = NULL; /* the frame's attributes: see the v-starts */
+    r->call.nrows[k] = 0;
+  }
   r->fn = fn;
   r->peer_kind = peer_kind;
   r->peer = peer;
@@ -673,6 +677,247 @@ XLA_FFI_Error *jm_run_ireduce_scatter(jm_call *c) {
   int rc = jm_mpi.Ireduce_scatter(x->data, jm_recv_ptr(y->data, y->count),
                                   ints, y->mpi, c->op, c->comm, &r->reqs[0]);
   r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+/* ---- variable counts along axis 0 ---------------------------------------
+ * The row counts (int64 attributes, one per rank) times a row's elements
+ * are the int counts and displacements of MPI_I*v, which MPI reads until
+ * the request completes: the request owns them (r->mem). Out of place: the
+ * results never share the buffer MPI sends from. */
+
+/* An empty send buffer's address: XLA may give an empty buffer the address
+ * of another one (see jm_recv_ptr); nothing is read there. */
+static const char empty_send;
+
+static const void *send_ptr(const jm_buffer *b) {
+  return b->count ? b->data : &empty_send;
+}
+
+/* Where a block passes the count limit: row counts `name`[rank] of `rows`
+ * rows, `at` units after the buffer's start. */
+typedef struct jm_vbad {
+  const char *name;
+  int rank;
+  int64_t rows, at;
+} jm_vbad;
+
+/* Counts and displacements of row counts k (attribute `name`) in units of
+ * `unit` elements (a row holds `row`), as ints: out[0..size) and
+ * out[size..2 size). 0, or -1 with *bad where one is above the count
+ * limit. An empty block's displacement is never read: 0. */
+static int v_ints(const jm_call *c, int k, const char *name, int64_t row,
+                  int64_t unit, int *out, jm_vbad *bad) {
+  const int64_t per_row = row / unit;
+  int64_t at = 0;
+  for (int i = 0; i < c->size; i++) {
+    const int64_t rows = jm_rows(c, k, i);
+    int64_t n;
+    if (__builtin_mul_overflow(rows, per_row, &n) || n > jm_count.limit ||
+        (n && at > jm_count.limit)) {
+      *bad = (jm_vbad){name, i, rows, at};
+      return -1;
+    }
+    out[i] = (int)n;
+    out[c->size + i] = n ? (int)at : 0;
+    at += n; /* both at most INT_MAX: no overflow */
+  }
+  return 0;
+}
+
+static XLA_FFI_Error *v_over_limit(jm_call *c, const jm_vbad *b, int64_t row,
+                                   const char *unit) {
+  return jm_error(c, XLA_FFI_Error_Code_UNIMPLEMENTED,
+                  "%s[%d] = %lld rows of %lld elements, %lld %s after the "
+                  "start of the buffer, exceed the count limit %lld of the "
+                  "non-blocking form (use the blocking %s, which has none)",
+                  b->name, b->rank, (long long)b->rows, (long long)row,
+                  (long long)b->at, unit, (long long)jm_count.limit,
+                  c->opname + 1);
+}
+
+/* The ints of the `counts` attribute in elements, 2 * size of them,
+ * allocated (*ints; the caller frees them, or hands them to a request).
+ * Every rank has the same counts and rows (JAXMPI_CHECK compares them), so
+ * every rank fails alike, before MPI. */
+static XLA_FFI_Error *v_counts(jm_call *c, int64_t row, int **ints) {
+  *ints = malloc(sizeof(int) * 2 * (size_t)c->size);
+  if (!*ints)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "out of memory for %d counts", c->size);
+  jm_vbad bad = {NULL, 0, 0, 0};
+  if (!v_ints(c, JM_ROWS_COUNTS, "counts", row, 1, *ints, &bad)) return NULL;
+  free(*ints);
+  *ints = NULL;
+  return v_over_limit(c, &bad, row, "elements");
+}
+
+/* A v-start's request: collective, owning `ints`; on an error `ints` is
+ * freed. */
+static XLA_FFI_Error *v_begin(jm_call *c, jm_req **r, const char *fn,
+                              const char *peer_kind, int peer, int *ints) {
+  XLA_FFI_Error *err = begin(c, r, fn, peer_kind, peer);
+  if (err) {
+    free(ints);
+    return err;
+  }
+  (*r)->collective = 1;
+  (*r)->mem = ints;
+  return NULL;
+}
+
+/* allgatherv: results [xs (x's own buffer, sent from), y (sum(counts)
+ * rows)]. */
+XLA_FFI_Error *jm_run_iallgatherv(jm_call *c) {
+  jm_buffer *x = &c->ret[1], *y = &c->ret[2];
+  JM_EXPECT(c,
+            jm_same_rows(x, y) &&
+                x->dims[0] == jm_rows(c, JM_ROWS_COUNTS, c->rank) &&
+                y->dims[0] == jm_rows_total(c, JM_ROWS_COUNTS) &&
+                (x->data != y->data || !x->count || !y->count),
+            "the input must have counts[rank] rows and the result, another "
+            "buffer, sum(counts) rows of the input's shape and dtype");
+  int *ints;
+  XLA_FFI_Error *err = v_counts(c, jm_row_elems(x), &ints);
+  jm_req *r;
+  if (!err) err = v_begin(c, &r, "MPI_Iallgatherv", NULL, 0, ints);
+  if (err) return err;
+  keep(r, x);
+  keep(r, y);
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Iallgatherv(send_ptr(x), (int)x->count, x->mpi,
+                              jm_recv_ptr(y->data, y->count), ints,
+                              ints + c->size, x->mpi, c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+/* gatherv: the root's results [xs, y (sum(counts) rows)]; elsewhere [xs]
+ * (x's buffer, sent from and passed through, as gatherv gives it). Every
+ * rank makes the root's counts, so all pass or fail the limit alike. */
+XLA_FFI_Error *jm_run_igatherv(jm_call *c) {
+  const int root = c->rank == c->root;
+  JM_EXPECT(c, c->nrets == (root ? 3 : 2), "expected %d results, got %d",
+            root ? 3 : 2, c->nrets);
+  jm_buffer *x = &c->ret[1], *y = &c->ret[root ? 2 : 1];
+  JM_EXPECT(c,
+            x->ndim >= 1 &&
+                x->dims[0] == jm_rows(c, JM_ROWS_COUNTS, c->rank) &&
+                (!root || (jm_same_rows(x, y) &&
+                           y->dims[0] == jm_rows_total(c, JM_ROWS_COUNTS) &&
+                           (x->data != y->data || !x->count || !y->count))),
+            "the input must have counts[rank] rows; the root's result, "
+            "another buffer, sum(counts) rows of the input's shape");
+  int *ints;
+  XLA_FFI_Error *err = v_counts(c, jm_row_elems(x), &ints);
+  jm_req *r;
+  if (!err) err = v_begin(c, &r, "MPI_Igatherv", "root", c->root, ints);
+  if (err) return err;
+  keep(r, x);
+  if (root) keep(r, y);
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Igatherv(send_ptr(x), (int)x->count, x->mpi,
+                           root ? jm_recv_ptr(y->data, y->count) : NULL,
+                           root ? ints : NULL, root ? ints + c->size : NULL,
+                           x->mpi, c->root, c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+/* scatterv: the root's results [xs (sum(counts) rows, sent from), y
+ * (counts[root] rows)]; elsewhere [y] (the template's buffer). */
+XLA_FFI_Error *jm_run_iscatterv(jm_call *c) {
+  const int root = c->rank == c->root;
+  JM_EXPECT(c, c->nrets == (root ? 3 : 2), "expected %d results, got %d",
+            root ? 3 : 2, c->nrets);
+  jm_buffer *x = &c->ret[1], *y = &c->ret[root ? 2 : 1];
+  JM_EXPECT(c,
+            y->ndim >= 1 &&
+                y->dims[0] == jm_rows(c, JM_ROWS_COUNTS, c->rank) &&
+                (!root || (jm_same_rows(x, y) &&
+                           x->dims[0] == jm_rows_total(c, JM_ROWS_COUNTS) &&
+                           (x->data != y->data || !x->count || !y->count))),
+            "the result must have counts[rank] rows; the root's input, "
+            "another buffer, sum(counts) rows of the result's shape");
+  int *ints;
+  XLA_FFI_Error *err = v_counts(c, jm_row_elems(y), &ints);
+  jm_req *r;
+  if (!err) err = v_begin(c, &r, "MPI_Iscatterv", "root", c->root, ints);
+  if (err) return err;
+  if (root) keep(r, x);
+  keep(r, y);
+  double t0 = jm_log_start();
+  int rc = jm_mpi.Iscatterv(root ? send_ptr(x) : NULL, root ? ints : NULL,
+                            root ? ints + c->size : NULL, y->mpi,
+                            jm_recv_ptr(y->data, y->count), (int)y->count,
+                            y->mpi, c->root, c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  return post(c, r, rc, t0);
+}
+
+/* alltoallv: results [xs (x's own buffer, sent from), y (sum(recvcounts)
+ * rows)]. A rank knows only its own counts, so it cannot know whether
+ * another's pass the limit: as the blocking alltoallv, each rank chooses
+ * alone between calls with the same type signature per pair, counts in
+ * elements or in rows (a contiguous datatype of a row; MPI keeps it until
+ * the request completes); beyond INT_MAX rows, an error on the ranks whose
+ * counts are that large only. */
+XLA_FFI_Error *jm_run_ialltoallv(jm_call *c) {
+  jm_buffer *x = &c->ret[1], *y = &c->ret[2];
+  JM_EXPECT(c,
+            jm_same_rows(x, y) &&
+                x->dims[0] == jm_rows_total(c, JM_ROWS_SEND) &&
+                y->dims[0] == jm_rows_total(c, JM_ROWS_RECV) &&
+                (x->data != y->data || !x->count || !y->count),
+            "the input must have sum(sendcounts) rows and the result, "
+            "another buffer, sum(recvcounts) rows of the input's shape and "
+            "dtype");
+  const int n = c->size;
+  const int64_t row = jm_row_elems(x);
+  int *ints = malloc(sizeof(int) * 4 * (size_t)n);
+  if (!ints)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "out of memory for %d counts", n);
+  int64_t unit = 1;
+  jm_vbad bad = {NULL, 0, 0, 0};
+  int fail = v_ints(c, JM_ROWS_SEND, "sendcounts", row, 1, ints, &bad) ||
+             v_ints(c, JM_ROWS_RECV, "recvcounts", row, 1, ints + 2 * n, &bad);
+  if (fail && row > 1 && row <= jm_count.limit) {
+    unit = row;
+    fail = v_ints(c, JM_ROWS_SEND, "sendcounts", row, row, ints, &bad) ||
+           v_ints(c, JM_ROWS_RECV, "recvcounts", row, row, ints + 2 * n, &bad);
+  }
+  if (fail) {
+    free(ints);
+    return v_over_limit(c, &bad, row, unit > 1 ? "rows" : "elements");
+  }
+  jm_Datatype t = x->mpi;
+  int rc = 0;
+  if (unit > 1) {
+    rc = jm_mpi.Type_contiguous((int)unit, x->mpi, &t);
+    if (!rc) {
+      rc = jm_mpi.Type_commit(&t);
+      if (rc) jm_mpi.Type_free(&t);
+    }
+    if (rc) {
+      free(ints);
+      return jm_mpi_failure(c, "MPI_Type_contiguous (a row)", NULL, 0, rc);
+    }
+  }
+  jm_req *r;
+  XLA_FFI_Error *err = v_begin(c, &r, "MPI_Ialltoallv", NULL, 0, ints);
+  if (err) {
+    if (unit > 1) jm_mpi.Type_free(&t);
+    return err;
+  }
+  keep(r, x);
+  keep(r, y);
+  double t0 = jm_log_start();
+  rc = jm_mpi.Ialltoallv(send_ptr(x), ints, ints + n, t,
+                         jm_recv_ptr(y->data, y->count), ints + 2 * n,
+                         ints + 3 * n, t, c->comm, &r->reqs[0]);
+  r->nreq = rc ? 0 : 1;
+  if (unit > 1) jm_mpi.Type_free(&t); /* MPI keeps it for the request */
   return post(c, r, rc, t0);
 }
 

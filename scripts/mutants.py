@@ -51,6 +51,7 @@ VAL = "tests/mpi/test_validation.py"
 BAD = "tests/mpi/test_bad_input.py"
 GPU = "tests/gpu/test_gpu.py"
 NB = "tests/mpi/test_nonblocking.py"
+NBV = "tests/mpi/test_nonblocking_v.py"
 VC = "tests/mpi/test_vcollectives.py"
 RS = "tests/mpi/test_reduce_scatter_exscan.py"
 HALO = "tests/mpi/test_halo.py"
@@ -191,6 +192,20 @@ MUTANTS = [
            "_AFTER_WAIT = {}",
            "iexscan leaves rank 0 the result MPI leaves undefined", (NB,),
            select="reducing"),
+    Mutant("c-iv-displacements-in-rows", "csrc/request.c",
+           "    at += n; /* both at most INT_MAX: no overflow */",
+           "    at += rows;",
+           "the non-blocking v-ops' displacements count rows, not elements",
+           (NBV,)),
+    Mutant("py-ialltoallv-result-rows", "src/jaxmpi/_nonblocking.py",
+           "        x, _ops._rows(x, sum(recvcounts))], {0: 0})",
+           "        x, _ops._rows(x, sum(sendcounts))], {0: 0})",
+           "ialltoallv's result has sum(sendcounts) rows, not sum(recvcounts)",
+           (NBV,)),
+    Mutant("py-iallgatherv-vmap-result-axis", "src/jaxmpi/_nonblocking.py",
+           '"iallgatherv": lambda **_: (1, [1, 1]),',
+           '"iallgatherv": lambda **_: (1, [1, 0]),',
+           "vmap of iallgatherv says its result is batched in front", (NBV,)),
     # ---- the collectives of issue 12 -----------------------------------------
     Mutant("py-reduce-scatter-max-ties", "src/jaxmpi/_ops.py",
            "        mask = x == _gather_blocks(y, comm, counts)\n"

@@ -1025,9 +1025,7 @@ def allgatherv(x, counts, *, comm=None, token=None):
     fn = "allgatherv"
     info, tok = _begin(fn, comm, token)
     x = v.array(x, fn)
-    counts = v.counts_arg(counts, fn, "counts", info)
-    v.rows_arg(x, fn, "x", counts[info.rank],
-               f"counts[{info.rank}]={counts[info.rank]} (this rank's count)")
+    counts = v.allgatherv_args(x, counts, fn, info)
     _join(tok)
     return _ops.allgatherv_p.bind(x, comm=info, counts=counts)[0]
 
@@ -1084,10 +1082,7 @@ def gatherv(x, counts, root, *, comm=None, token=None):
     fn = "gatherv"
     info, tok = _begin(fn, comm, token)
     x = v.array(x, fn)
-    counts = v.counts_arg(counts, fn, "counts", info)
-    root = v.rank_arg(root, fn, "root", info)
-    v.rows_arg(x, fn, "x", counts[info.rank],
-               f"counts[{info.rank}]={counts[info.rank]} (this rank's count)")
+    counts, root = v.gatherv_args(x, counts, root, fn, info)
     _join(tok)
     (y,) = _ops.gatherv_p.bind(x, comm=info, counts=counts, root=root)
     return y if info.rank == root else _passed_through(x, y)
@@ -1149,15 +1144,7 @@ def scatterv(x, counts, root, *, comm=None, token=None):
     fn = "scatterv"
     info, tok = _begin(fn, comm, token)
     x = v.array(x, fn)
-    counts = v.counts_arg(counts, fn, "counts", info)
-    root = v.rank_arg(root, fn, "root", info)
-    if info.rank == root:
-        v.rows_arg(x, fn, "x (on the root)", sum(counts),
-                   f"sum(counts)={sum(counts)}")
-    else:
-        v.rows_arg(x, fn, "x (a template off the root)", counts[info.rank],
-                   f"counts[{info.rank}]={counts[info.rank]} (this rank's "
-                   "result)")
+    counts, root = v.scatterv_args(x, counts, root, fn, info)
     _join(tok)
     return _ops.scatterv_p.bind(x, comm=info, counts=counts, root=root)[0]
 
@@ -1221,11 +1208,8 @@ def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
     fn = "alltoallv"
     info, tok = _begin(fn, comm, token)
     x = v.array(x, fn)
-    sendcounts = v.counts_arg(sendcounts, fn, "sendcounts", info)
-    recvcounts = v.counts_arg(recvcounts, fn, "recvcounts", info)
-    v.rows_arg(x, fn, "x", sum(sendcounts),
-               f"sum(sendcounts)={sum(sendcounts)} (sendcounts="
-               f"{list(sendcounts)})")
+    sendcounts, recvcounts = v.alltoallv_args(x, sendcounts, recvcounts, fn,
+                                              info)
     _join(tok)
     return _ops.alltoallv_p.bind(x, comm=info, sendcounts=sendcounts,
                                  recvcounts=recvcounts)[0]

@@ -576,14 +576,16 @@ def _blocking_backward(blocking_p, nx=1):
 
 def _rooted(root_shape):
     """Rooted ops whose root has its own buffer beside x's: buffers [x, y]
-    on the root, [x] (also the result) elsewhere."""
-    def bufs(x, *, comm, root):
-        return [x, root_shape(x, comm)] if comm.rank == root else [x]
+    on the root (y: root_shape(x, comm, **the other parameters)), [x] (also
+    the result) elsewhere."""
+    def bufs(x, *, comm, root, **params):
+        return ([x, root_shape(x, comm, **params)] if comm.rank == root
+                else [x])
 
-    def aliases(nops, *, comm, root):
+    def aliases(nops, *, comm, root, **params):
         return {0: 0}
 
-    def results(nops, *, comm, root):
+    def results(nops, *, comm, root, **params):
         return (1,) if comm.rank == root else (0,)
 
     return bufs, aliases, results
@@ -632,7 +634,8 @@ _AFTER_WAIT = {"iexscan": _identity_on_rank_0}
 
 # igather: root buffers [x, y (size, *x.shape)], result y; elsewhere [x],
 # passed through.
-_b, _a, _r = _rooted(lambda x, comm: _ops._aval((comm.size, *x.shape), x.dtype))
+_b, _a, _r = _rooted(lambda x, comm: _ops._aval((comm.size, *x.shape),
+                                                 x.dtype))
 igather_p = _define_start("igather", _b, _a)
 _spec("igather", _r)
 _BACKWARD["igather"] = _blocking_backward(_ops.gather_p)
@@ -680,6 +683,40 @@ def _ireduce_scatter_check(*, op, **_):
 
 _JVP_CHECKS["ireduce_scatter"] = _ireduce_scatter_check
 _BACKWARD["ireduce_scatter"] = _blocking_backward(_ops.reduce_scatter_p)
+
+# ---- variable counts along axis 0: the buffers of the blocking v-op's
+# operand and result (rows per rank as its counts say), out of place; the
+# derivatives and batching of the blocking op.
+
+# iallgatherv: buffers [x, y (sum(counts) rows)], result y.
+iallgatherv_p = _define_start(
+    "iallgatherv",
+    lambda x, *, comm, counts: [x, _ops._rows(x, sum(counts))], {0: 0})
+_spec("iallgatherv", (1,))
+_BACKWARD["iallgatherv"] = _blocking_backward(_ops.allgatherv_p)
+
+# igatherv: root buffers [x, y (sum(counts) rows)], result y; elsewhere
+# [x], passed through, as gatherv.
+_b, _a, _r = _rooted(lambda x, comm, counts: _ops._rows(x, sum(counts)))
+igatherv_p = _define_start("igatherv", _b, _a)
+_spec("igatherv", _r)
+_BACKWARD["igatherv"] = _blocking_backward(_ops.gatherv_p)
+
+# iscatterv: root buffers [x (sum(counts) rows), y (counts[root] rows)],
+# result y; elsewhere [y] (the template's buffer, counts[rank] rows).
+_b, _a, _r = _rooted(lambda x, comm, counts: _ops._rows(x, counts[comm.rank]))
+iscatterv_p = _define_start("iscatterv", _b, _a)
+_spec("iscatterv", _r)
+_BACKWARD["iscatterv"] = _blocking_backward(_ops.scatterv_p)
+
+# ialltoallv: buffers [x, y (sum(recvcounts) rows)], result y. Never in
+# place (the blocking alltoallv is, with equal counts at up to 2 ranks).
+ialltoallv_p = _define_start(
+    "ialltoallv",
+    lambda x, *, comm, sendcounts, recvcounts: [
+        x, _ops._rows(x, sum(recvcounts))], {0: 0})
+_spec("ialltoallv", (1,))
+_BACKWARD["ialltoallv"] = _blocking_backward(_ops.alltoallv_p)
 
 # ineighbor_exchange: buffers [*xs, *ys], results ys. Backward: the blocking
 # exchange reversed (posts all its messages at once, so it cannot deadlock
@@ -737,6 +774,15 @@ _BATCH_AXES = {
     # ...), as reduce_scatter's batching rule.
     "ireduce_scatter": lambda *, counts, **_: (
         1, [1, 0 if counts is None else 1]),
+    # The variable-count ops split rows over the ranks: the batch goes
+    # second in every buffer on every rank (a row holds the whole batch's
+    # elements, the counts stay as given), as their blocking ops' rule.
+    "iallgatherv": lambda **_: (1, [1, 1]),            # [x, y]
+    "igatherv": lambda *, comm, root, **_: (
+        1, [1, 1] if comm.rank == root else [1]),      # [x, y] / [x]
+    "iscatterv": lambda *, comm, root, **_: (
+        1, [1, 1] if comm.rank == root else [1]),      # [x, y] / [y]
+    "ialltoallv": lambda **_: (1, [1, 1]),             # [x, y]
 }
 
 for _name, _prim in START.items():
@@ -1767,6 +1813,334 @@ def ialltoall(x, *, comm=None, token=None) -> Request:
     return _start("ialltoall", (x,), dict(comm=info))
 
 
+def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
+    """Start gathering a different number of rows from every rank, on
+    every rank.
+
+    MPI_Iallgatherv. The non-blocking form of ``allgatherv``; it matches
+    only ``iallgatherv`` on the other ranks. Rank r contributes
+    ``counts[r]`` rows; every rank gets all of them in rank order.
+
+    Args:
+        x: this rank's rows: an array of shape ``(counts[rank], *s)``, the
+            same ``s`` and dtype on every rank. The request sends from its
+            own buffer (XLA copies ``x`` first where it is still used after
+            the start).
+        counts: the number of rows of every rank (a list or tuple of
+            ``size`` static ints >= 0, the same on every rank).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Iallgatherv in flight and its
+        buffers; ``wait`` on it returns an array of shape
+        ``(sum(counts), *s)``: rank 0's rows, then rank 1's, and so on, on
+        every rank.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a count is not a static int, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a count list does not have one count per rank, a count
+            is negative, ``x``'s rows disagree with its count (the error
+            names the argument, its shape and the count), ``x`` is a scalar,
+            or an array lives on more than one device.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK`` (and on the calls the default sparse check
+            covers), ranks whose counts, dtype or row shape disagree, or
+            that call another operation (the blocking form included)
+            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
+            4096 requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``); a count or displacement (in elements)
+            above ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``), on every rank
+            alike (``UNIMPLEMENTED``, see docs/nonblocking.md). Errors of
+            the communication itself are raised by ``wait``.
+
+    Example:
+        ``mpirun -n 3``, rank r has r + 1 rows::
+
+            counts = [1, 2, 3]
+            x = jnp.full((rank + 1, 2), rank)
+            req = mpx.iallgatherv(x, counts)
+            z = compute(w)                   # while the rows travel
+            y = mpx.wait(req)                # [[0 0] [1 1] [1 1] [2 2] ...]
+            req, token = jaxmpi.iallgatherv(x, counts)   # token API
+            y, token = jaxmpi.wait(req, token=token)
+    """
+    fn = "iallgatherv"
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    counts = v.allgatherv_args(x, counts, fn, info)
+    _ops_join(tok)
+    return _start(fn, (x,), dict(comm=info, counts=counts))
+
+
+def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
+    """Start gathering a different number of rows from every rank on the
+    root.
+
+    MPI_Igatherv. The non-blocking form of ``gatherv``; it matches only
+    ``igatherv`` on the other ranks. Rank r contributes ``counts[r]``
+    rows; the root gets all of them in rank order.
+
+    Args:
+        x: this rank's rows: an array of shape ``(counts[rank], *s)``, the
+            same ``s`` and dtype on every rank. The request sends from its
+            own buffer (XLA copies ``x`` first where it is still used after
+            the start).
+        counts: the number of rows of every rank (a list or tuple of
+            ``size`` static ints >= 0, the same on every rank).
+        root: the rank that gets the result (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Igatherv in flight and its buffers;
+        ``wait`` on it returns, on ``root``, an array of shape
+        ``(sum(counts), *s)``: rank 0's rows, then rank 1's, and so on; on
+        other ranks, ``x`` unchanged.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a count or root is not a static int, ``comm`` is
+            not an intracommunicator, or ``token`` is not a token.
+        ValueError: a count list does not have one count per rank, a count
+            is negative, ``x``'s rows disagree with its count (the error
+            names the argument, its shape and the count), ``x`` is a scalar,
+            a root is out of range, or an array lives on more than one
+            device.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK`` (and on the calls the default sparse check
+            covers), ranks whose counts, dtype or row shape disagree, or
+            that call another operation (the blocking form included)
+            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
+            4096 requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``); a count or displacement (in elements)
+            of the root's above ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``),
+            on every rank alike (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 3``::
+
+            x = jnp.full((rank, 2), rank)            # 0, 1 and 2 rows
+            req = mpx.igatherv(x, [0, 1, 2], 0)
+            z = compute(w)
+            y = mpx.wait(req)        # rank 0: [[1 1] [2 2] [2 2]]; else x
+            req, token = jaxmpi.igatherv(x, [0, 1, 2], 0)   # token API
+            y, token = jaxmpi.wait(req, token=token)
+    """
+    fn = "igatherv"
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    counts, root = v.gatherv_args(x, counts, root, fn, info)
+    _ops_join(tok)
+    return _start(fn, (x,), dict(comm=info, counts=counts, root=root))
+
+
+def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
+    """Start scattering the root's rows: rank r gets ``counts[r]`` of them.
+
+    MPI_Iscatterv. The non-blocking form of ``scatterv``; it matches only
+    ``iscatterv`` on the other ranks. Rank 0 gets the first ``counts[0]``
+    rows of the root's ``x``, rank 1 the next ``counts[1]``, and so on.
+
+    Args:
+        x: on ``root``, an array of shape ``(sum(counts), *s)``; on other
+            ranks, a template of this rank's result, shape
+            ``(counts[rank], *s)`` and the same dtype (its data is not
+            used), as ``scatterv`` takes.
+        counts: the number of rows each rank gets (a list or tuple of
+            ``size`` static ints >= 0, the same on every rank).
+        root: the rank whose ``x`` is scattered (a static int).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Iscatterv in flight and its buffers;
+        ``wait`` on it returns, on every rank r, an array of shape
+        ``(counts[r], *s)``: rows ``sum(counts[:r])`` to
+        ``sum(counts[:r + 1])`` of the root's ``x``.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a count or root is not a static int, ``comm`` is
+            not an intracommunicator, or ``token`` is not a token.
+        ValueError: a count list does not have one count per rank, a count
+            is negative, ``x``'s rows disagree with its count (the root's
+            with ``sum(counts)``, a template's with this rank's count; the
+            error names the argument, its shape and the count), ``x`` is a
+            scalar, a root is out of range, or an array lives on more than
+            one device.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK`` (and on the calls the default sparse check
+            covers), ranks whose counts, dtype or row shape disagree, or
+            that call another operation (the blocking form included)
+            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
+            4096 requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``); a count or displacement (in elements)
+            of the root's above ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``),
+            on every rank alike (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 3``::
+
+            counts = [2, 0, 1]
+            x = jnp.arange(6.0).reshape(3, 2) if rank == 0 else \\
+                jnp.zeros((counts[rank], 2))
+            req = mpx.iscatterv(x, counts, 0)
+            z = compute(w)
+            y = mpx.wait(req)                # [[0 1] [2 3]], [], [[4 5]]
+            req, token = jaxmpi.iscatterv(x, counts, 0)   # token API
+            y, token = jaxmpi.wait(req, token=token)
+    """
+    fn = "iscatterv"
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    counts, root = v.scatterv_args(x, counts, root, fn, info)
+    _ops_join(tok)
+    return _start(fn, (x,), dict(comm=info, counts=counts, root=root))
+
+
+def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
+               token=None) -> Request:
+    """Start an exchange where every rank sends a different number of rows
+    to every rank.
+
+    MPI_Ialltoallv. The non-blocking form of ``alltoallv``; it matches only
+    ``ialltoallv`` on the other ranks. Rank i's ``x`` is ``size`` blocks of
+    rows in rank order: block j, ``sendcounts[j]`` rows, goes to rank j.
+    The result is the blocks received, in rank order: block i,
+    ``recvcounts[i]`` rows, comes from rank i. Rank i's ``sendcounts[j]``
+    must equal rank j's ``recvcounts[i]``. Always out of place (the result
+    is a buffer of its own, also where ``alltoallv`` would run in place).
+
+    Args:
+        x: an array of shape ``(sum(sendcounts), *s)``, the same ``s`` and
+            dtype on every rank. The request sends from its own buffer (XLA
+            copies ``x`` first where it is still used after the start).
+        sendcounts: the rows this rank sends to each rank (a list or tuple
+            of ``size`` static ints >= 0).
+        recvcounts: the rows this rank receives from each rank (a list or
+            tuple of ``size`` static ints >= 0).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Ialltoallv in flight and its buffers;
+        ``wait`` on it returns an array of shape ``(sum(recvcounts), *s)``:
+        the rows from rank 0, then those from rank 1, and so on.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a count is not a static int, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a count list does not have one count per rank, a count
+            is negative, ``x``'s rows disagree with ``sum(sendcounts)`` (the
+            error names the argument, its shape and the counts), ``x`` is a
+            scalar, or an array lives on more than one device.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK`` (and on the calls the default sparse check
+            covers), ranks whose dtype or row shape disagree, a rank whose
+            ``recvcounts[i]`` is not rank i's ``sendcounts[rank]``, or
+            ranks that call another operation (the blocking form
+            included) (``FAILED_PRECONDITION``, on every rank, before the
+            MPI call); 4096 requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``); this rank's counts or displacements
+            above ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``) even in rows
+            (each rank knows only its own counts: raised on the ranks whose
+            counts are that large) (``UNIMPLEMENTED``, see
+            docs/nonblocking.md). Errors of the communication itself are
+            raised by ``wait``.
+
+    Example:
+        ``mpirun -n 2``: rank i sends i + j + 1 rows to rank j::
+
+            send = [rank + j + 1 for j in range(2)]
+            recv = [i + rank + 1 for i in range(2)]
+            req = mpx.ialltoallv(jnp.ones((sum(send), 3)), send, recv)
+            z = compute(w)
+            y = mpx.wait(req)                    # sum(recv) rows
+            req, token = jaxmpi.ialltoallv(x, send, recv)   # token API
+            y, token = jaxmpi.wait(req, token=token)
+    """
+    fn = "ialltoallv"
+    info, tok = _begin(fn, comm, token)
+    x = v.array(x, fn)
+    sendcounts, recvcounts = v.alltoallv_args(x, sendcounts, recvcounts, fn,
+                                              info)
+    _ops_join(tok)
+    return _start(fn, (x,), dict(comm=info, sendcounts=sendcounts,
+                                 recvcounts=recvcounts))
+
+
 MAX_EXCHANGE_PAIRS = 15  # 1 + 2 * 15 buffers: the core's limit per call
 
 
@@ -2012,5 +2386,6 @@ def waitall(requests, *, token=None):
 __all__ = ["isend", "irecv", "isendrecv", "iallreduce", "ibcast", "ibarrier",
            "ireduce", "iscan", "igather", "iscatter", "iallgather",
            "ialltoall", "ineighbor_exchange", "iexscan", "ireduce_scatter",
+           "iallgatherv", "igatherv", "iscatterv", "ialltoallv",
            "wait", "waitall", "Request"]
 OPERATIONS = tuple(n for n in __all__ if n != "Request")

@@ -437,6 +437,57 @@ def rows_arg(x, fn: str, name: str, rows: int, why: str) -> None:
             f"but {why}: the count and the array disagree")
 
 
+# The variable-count ops' arguments, one function per op: the blocking op
+# and its non-blocking form (``allgatherv`` and ``iallgatherv``, ...) call
+# the same one. Counts are rows along axis 0; x must have the rows they say.
+
+def allgatherv_args(x, counts, fn: str, comm: CommInfo) -> tuple:
+    """allgatherv's counts (returned as a tuple); x has this rank's count
+    of rows."""
+    counts = counts_arg(counts, fn, "counts", comm)
+    rows_arg(x, fn, "x", counts[comm.rank],
+             f"counts[{comm.rank}]={counts[comm.rank]} (this rank's count)")
+    return counts
+
+
+def gatherv_args(x, counts, root, fn: str, comm: CommInfo) -> tuple:
+    """gatherv's counts and root, returned; x has this rank's count of
+    rows."""
+    counts = counts_arg(counts, fn, "counts", comm)
+    root = rank_arg(root, fn, "root", comm)
+    rows_arg(x, fn, "x", counts[comm.rank],
+             f"counts[{comm.rank}]={counts[comm.rank]} (this rank's count)")
+    return counts, root
+
+
+def scatterv_args(x, counts, root, fn: str, comm: CommInfo) -> tuple:
+    """scatterv's counts and root, returned; the root's x has sum(counts)
+    rows, the template elsewhere this rank's count."""
+    counts = counts_arg(counts, fn, "counts", comm)
+    root = rank_arg(root, fn, "root", comm)
+    if comm.rank == root:
+        rows_arg(x, fn, "x (on the root)", sum(counts),
+                 f"sum(counts)={sum(counts)}")
+    else:
+        rows_arg(x, fn, "x (a template off the root)", counts[comm.rank],
+                 f"counts[{comm.rank}]={counts[comm.rank]} (this rank's "
+                 "result)")
+    return counts, root
+
+
+def alltoallv_args(x, sendcounts, recvcounts, fn: str,
+                   comm: CommInfo) -> tuple:
+    """alltoallv's sendcounts and recvcounts, returned; x has
+    sum(sendcounts) rows. (Whether rank i's sendcounts[j] is rank j's
+    recvcounts[i] only the cross-rank check can tell.)"""
+    sendcounts = counts_arg(sendcounts, fn, "sendcounts", comm)
+    recvcounts = counts_arg(recvcounts, fn, "recvcounts", comm)
+    rows_arg(x, fn, "x", sum(sendcounts),
+             f"sum(sendcounts)={sum(sendcounts)} (sendcounts="
+             f"{list(sendcounts)})")
+    return sendcounts, recvcounts
+
+
 def predefined_op(opinfo: OpInfo, fn: str) -> None:
     """exscan's op (and iexscan's): rank 0 gets the op's identity, which
     jaxmpi knows for the predefined ops only."""

@@ -90,6 +90,20 @@ def test_large_count_paths(mpirun, mode):
     assert re.search(r"\d+ passed", job.stdout), job
 
 
+@pytest.mark.skipif(os.environ.get("JAXMPI_TEST_LARGE_COUNT", "1") == "0",
+                    reason="JAXMPI_TEST_LARGE_COUNT=0")
+def test_nonblocking_v_count_limit(mpirun):
+    # The non-blocking variable-count starts with counts above 7 elements
+    # treated as large: an error on every rank where a count or (at 3 ranks)
+    # a displacement passes it, ialltoallv in rows on the ranks whose
+    # elements do not fit while the others count elements.
+    job = mpirun(3, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                 "tests/mpi/test_nonblocking_v.py", "-k", "count_limit",
+                 env={"JAXMPI_MAX_COUNT": "7"})
+    assert job.returncode == 0, job
+    assert re.search(r"\b1 passed", job.stdout), job
+
+
 @pytest.mark.skipif(os.environ.get("JAXMPI_TEST_HUGE", "1") == "0",
                     reason="JAXMPI_TEST_HUGE=0")
 @pytest.mark.parametrize("mode", ["large-count-calls", "derived-datatypes"])
