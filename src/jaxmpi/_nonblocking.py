@@ -740,9 +740,14 @@ ialltoallv_p = _define_start(
 _spec("ialltoallv", (1,))
 _BACKWARD["ialltoallv"] = _blocking_backward(_ops.alltoallv_p)
 
-# ineighbor_exchange: buffers [*xs, *ys], results ys. Backward: the blocking
-# exchange reversed (posts all its messages at once, so it cannot deadlock
-# against the other ranks' backward programs).
+# ineighbor_exchange: buffers [*xs, *ys], results ys. Backward: a request of
+# every pair reversed (y_i's cotangent goes back to sources[i], x_i's comes
+# from dests[i], in the backward tag space, as neighbor_exchange's
+# transpose), started where the forward wait was and waited where the
+# forward start was, as the point-to-point starts'. Several exchanges
+# started together are thus all posted before any is waited in the
+# backward program too: a blocking exchange per request could wait for a
+# message its peer sends only in a later one.
 ineighbor_exchange_p = _define_start(
     "ineighbor_exchange",
     lambda *xs, comm, sources, dests, tag, recv_avals: [
@@ -751,22 +756,34 @@ ineighbor_exchange_p = _define_start(
 _spec("ineighbor_exchange", lambda nops, **_: range(nops, 2 * nops))
 
 
-def _nx_backward():
-    def start(cts, bufs, spec):
-        params = dict(spec.params)
-        n = len(bufs) // 2
-        xs = [ad.UndefinedPrimal(b) for b in bufs[:n]]
-        cx = ad.primitive_transposes[_ops.neighbor_exchange_p](
-            list(cts), *xs, **params)
-        cx = [_ops._ct(c, b) for c, b in zip(cx, bufs[:n])]
-        return (jnp.zeros((), np.float32),
-                [*cx, *[_ops._zeros(b) for b in bufs[n:]]])
-
-    return _Backward(start, lambda bh, bbufs, operands, spec:
-                     bbufs[:len(operands)])
+def _inx_bw_params(spec, xs):
+    comm = spec.param("comm")
+    return dict(comm=comm, sources=spec.param("dests"),
+                dests=spec.param("sources"),
+                tag=_ops._backward_tag(spec.param("tag"), comm),
+                recv_avals=tuple((tuple(x.shape), np.dtype(x.dtype))
+                                 for x in xs))
 
 
-_BACKWARD["ineighbor_exchange"] = _nx_backward()
+def _inx_bw_start(cts, bufs, spec):
+    # Forward buffers [xs, ys]; the backward request sends the ys'
+    # cotangents and receives into xs-shaped buffers: its buffers [ys', xs']
+    # are handed back in the forward order.
+    n = len(cts)
+    h, *bb = ineighbor_exchange_p.bind(*cts, rid=0,
+                                       **_inx_bw_params(spec, bufs[:n]))
+    return h, [*bb[n:], *bb[:n]]
+
+
+def _inx_bw_finish(bh, bbufs, operands, spec):
+    n = len(operands)
+    xs, cs = bbufs[:n], bbufs[n:]
+    params = _inx_bw_params(spec, xs)
+    return list(wait_p.bind(bh, *cs, *xs,
+                            spec=_SPECS["ineighbor_exchange"](cs, params)))
+
+
+_BACKWARD["ineighbor_exchange"] = _Backward(_inx_bw_start, _inx_bw_finish)
 
 # vmap, one request for the whole batch: (the operands' batch axis, each
 # buffer's). In front of everything suits the elementwise and point-to-point
