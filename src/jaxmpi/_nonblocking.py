@@ -105,12 +105,13 @@ class Request:
 
     A JAX value made by the starts, not by the caller. It holds the
     handle of each request in flight (a float32 scalar; one for most
-    starts, several for a start made of others) and every buffer MPI
+    starts, one per ``ineighbor_exchange`` it is made of for
+    ``ihalo_exchange`` and ``ineighbor_alltoallv``) and every buffer MPI
     uses until the wait: send buffers aliased to the inputs, receive
     buffers to the templates, results of the start that only the Request
     holds, so no other operation of the program can read a half-received
     buffer or overwrite one MPI still sends from; and what the wait does
-    with the messages.
+    with the messages (``ihalo_exchange``: the block whose halo they fill).
     It must be waited exactly once, in the function that started it (the
     same ``jit``, loop body, ``cond`` branch or transformation). Misuse is
     an error that names the op and where the request was started:
@@ -744,10 +745,11 @@ _BACKWARD["ialltoallv"] = _blocking_backward(_ops.alltoallv_p)
 # every pair reversed (y_i's cotangent goes back to sources[i], x_i's comes
 # from dests[i], in the backward tag space, as neighbor_exchange's
 # transpose), started where the forward wait was and waited where the
-# forward start was, as the point-to-point starts'. Several exchanges
-# started together are thus all posted before any is waited in the
-# backward program too: a blocking exchange per request could wait for a
-# message its peer sends only in a later one.
+# forward start was. Several exchanges started together (ihalo_exchange's
+# parts, ineighbor_alltoallv's one-pair exchanges of a graph) are thus all
+# posted before any is waited in the backward program too: a blocking
+# exchange per request could wait for a message its peer sends only in a
+# later one.
 ineighbor_exchange_p = _define_start(
     "ineighbor_exchange",
     lambda *xs, comm, sources, dests, tag, recv_avals: [
@@ -849,9 +851,10 @@ def compose(op, starts, finish, keep=()):
     returns ``finish(results, keep)``: results[i] is the list of start i's
     results, `keep` the arrays the finish uses besides them (the Request
     holds them, so they reach the wait in the function that started it).
-    Starts built from others pack their messages before calling this and
-    unpack them in `finish`; their derivatives and batching are the
-    primitives' and those of the packing and unpacking."""
+    Starts built from others (ihalo_exchange, ineighbor_alltoallv) pack
+    their messages before calling this and unpack them in `finish`; their
+    derivatives and batching are the primitives' and those of the
+    packing and unpacking."""
     clean = _jcore.trace_state_clean()
     rid = 0 if clean else next(_next_rid)
     parts = []
@@ -2348,7 +2351,8 @@ def wait(request, *, token=None):
     Returns:
         The result of the request's operation, as its blocking form
         returns it: an array, a tuple of arrays for ``ineighbor_exchange``,
-        or None for ``isend`` and ``ibarrier``.
+        a list or tuple of arrays for ``ihalo_exchange`` of a list or
+        tuple, or None for ``isend`` and ``ibarrier``.
 
     Raises:
         TypeError: ``request`` is not a ``Request``, or ``token`` is not a
@@ -2455,5 +2459,14 @@ __all__ = ["isend", "irecv", "isendrecv", "iallreduce", "ibcast", "ibarrier",
            "ireduce", "iscan", "igather", "iscatter", "iallgather",
            "ialltoall", "ineighbor_exchange", "iexscan", "ireduce_scatter",
            "iallgatherv", "igatherv", "iscatterv", "ialltoallv",
+           "ihalo_exchange", "ineighbor_alltoallv",
            "wait", "waitall", "Request"]
 OPERATIONS = tuple(n for n in __all__ if n != "Request")
+# The starts: every operation but wait and waitall returns a Request.
+STARTS = tuple(n for n in OPERATIONS if n not in ("wait", "waitall"))
+
+# The non-blocking forms of the topology operations, written in
+# _topology.py beside the blocking ones (sharing their checks, packing and
+# unpacking) from ineighbor_exchange's requests; it takes compose, Request
+# and _begin from here.
+from ._topology import ihalo_exchange, ineighbor_alltoallv  # noqa: E402
