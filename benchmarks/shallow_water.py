@@ -53,7 +53,7 @@ def available(name):
         "jaxmpi-sendrecv": "import jaxmpi.notoken",
         "jaxmpi-fused": "import jaxmpi.notoken as m; assert hasattr(m, 'neighbor_exchange')",
         "jaxmpi-halo": "import jaxmpi.notoken as m; assert hasattr(m, 'halo_exchange')",
-        "jaxmpi-overlap": "import jaxmpi.notoken as m; assert hasattr(m, 'ineighbor_exchange')",
+        "jaxmpi-overlap": "import jaxmpi.notoken as m; assert hasattr(m, 'ihalo_exchange')",
     }[name]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     return subprocess.run([sys.executable, "-c", code], env=env,

@@ -31,11 +31,11 @@ compiled program. The halo exchange is either
     jaxmpi.notoken.neighbor_exchange call (kept to compare with), or
   * sendrecv: a sequence of plain sendrecv calls, x direction first, then y
     (with the freshly filled corners), one per field and direction, or
-  * overlap: the fused exchange's messages started without waiting
-    (jaxmpi.notoken.ineighbor_exchange, the three fields packed into one
-    message per neighbour); the tendencies of every cell but the rim are
-    computed while the messages are in flight, and only the rim's wait for
-    the halo. Bitwise the same result as the other exchanges.
+  * overlap: halo_exchange's non-blocking form
+    (jaxmpi.notoken.ihalo_exchange, the same messages, started without
+    waiting); the tendencies of every cell but the rim are computed while
+    the messages are in flight, and only the rim's wait for the halo.
+    Bitwise the same result as the other exchanges.
 
 `--backend mpi4jax` runs the same model on mpi4jax (sendrecv exchange).
 
@@ -208,10 +208,11 @@ class Halo:
     def __init__(self, dec, mpi, comm, exchange):
         self.dec, self.mpi, self.comm, self.exchange = dec, mpi, comm, exchange
         d, null = dec, dec.proc_null
-        if exchange == "halo":
+        if exchange in ("halo", "overlap"):
             # Rows are y, columns x: dims (py, px), rank = iy * px + ix as in
-            # Decomposition; walls in y, periodic in x. halo_exchange finds
-            # the eight neighbours itself and wraps px == 1 locally.
+            # Decomposition; walls in y, periodic in x. halo_exchange (and
+            # ihalo_exchange) finds the eight neighbours itself and wraps
+            # px == 1 locally.
             self.cart = comm.Create_cart((d.py, d.px), periods=(False, True),
                                          reorder=False)
             self.pairs = []
@@ -247,52 +248,23 @@ class Halo:
         self.pairs = [p for p in pairs if not (p[2] == null and p[3] == null)]
 
     def start(self, fields):
-        """Begin filling the halo of `fields` (overlap exchange): returns
-        (fields, pending) for finish(); the messages of the three fields to
-        one neighbour travel as one (at most 8 messages, whatever the
-        layout), started by one ineighbor_exchange and not waited for."""
-        fields = list(fields)
-        if self.dec.px == 1:
-            fields = [wrap_x(a) for a in fields]
-        if not self.pairs:
-            return fields, None
-        sends, templates, sources, dests = [], [], [], []
-        for send, recv, source, dest in self.pairs:
-            sends.append(self._pack([a[send] for a in fields]))
-            templates.append(self._pack([a[recv] for a in fields]))
-            sources.append(source)
-            dests.append(dest)
-        return fields, self.mpi.ineighbor_exchange(sends, templates, sources, dests,
-                                                   comm=self.comm)
+        """Begin filling the halo of `fields` (overlap exchange): the
+        request of ihalo_exchange, for finish(). The messages of the three
+        fields to one neighbour travel as one (at most 8 messages, whatever
+        the layout)."""
+        return self.mpi.ihalo_exchange(list(fields), self.cart, 1)
 
-    def finish(self, fields, pending):
-        """The halo of start()'s fields, filled once its messages are in."""
-        if pending is None:
-            return fields
-        got = self.mpi.wait(pending)
-        fields = list(fields)
-        for (send, recv, source, dest), msg in zip(self.pairs, got):
-            if source == self.dec.proc_null:
-                continue
-            at = 0
-            for n, a in enumerate(fields):
-                shape = a[recv].shape
-                size = math.prod(shape)
-                fields[n] = a.at[recv].set(msg[at:at + size].reshape(shape))
-                at += size
-        return fields
-
-    @staticmethod
-    def _pack(pieces):
-        import jax.numpy as jnp
-        return jnp.concatenate([p.reshape(-1) for p in pieces])
+    def finish(self, pending):
+        """The fields of start() with their halo filled, once its messages
+        are in."""
+        return self.mpi.wait(pending)
 
     def __call__(self, fields):
         fields = list(fields)
         if self.exchange == "halo":
             return self.mpi.halo_exchange(fields, self.cart, 1)
         if self.exchange == "overlap":
-            return self.finish(*self.start(fields))
+            return self.finish(self.start(fields))
         if self.dec.px == 1:
             fields = [wrap_x(a) for a in fields]
         if self.pairs:
@@ -429,11 +401,12 @@ def make_model(phys, dec, halo, jnp, lax):
         w = ab[jnp.minimum(n, 2)]
         new = [a.at[1:-1, 1:-1].add(dt * (w[0] * t0 + w[1] * t1 + w[2] * t2))
                for a, t0, t1, t2 in zip(fields, tend, prev1, prev2)]
-        new, pending = halo.start(new)
+        pending = halo.start(new)
         # The walls also set one row inside the block (v on the north wall),
-        # which the tendencies off the rim read.
+        # which the tendencies off the rim read; the halo they see (not yet
+        # filled) only the rim's read.
         early = tendencies(*walls(*new))
-        new = walls(*halo.finish(new, pending))
+        new = walls(*halo.finish(pending))
         return tuple(new), fix_rim(early, new), tend, prev1, n + 1
 
     def multistep(carry, nsteps):
@@ -538,7 +511,7 @@ def main(argv=None):
         args.exchange = ("halo" if hasattr(mpi, "halo_exchange") else
                          "fused" if hasattr(mpi, "neighbor_exchange") else "sendrecv")
     need = {"halo": "halo_exchange", "fused": "neighbor_exchange",
-            "overlap": "ineighbor_exchange"}.get(args.exchange)
+            "overlap": "ihalo_exchange"}.get(args.exchange)
     if need and not hasattr(mpi, need):
         if rank == 0:
             print(f"shallow_water.py: error: --exchange {args.exchange} needs "

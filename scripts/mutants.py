@@ -56,6 +56,7 @@ VC = "tests/mpi/test_vcollectives.py"
 RS = "tests/mpi/test_reduce_scatter_exscan.py"
 HALO = "tests/mpi/test_halo.py"
 PT = "tests/mpi/test_pytree.py"
+NBT = "tests/mpi/test_nonblocking_topology.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -206,6 +207,18 @@ MUTANTS = [
            '"iallgatherv": lambda **_: (1, [1, 1]),',
            '"iallgatherv": lambda **_: (1, [1, 0]),',
            "vmap of iallgatherv says its result is batched in front", (NBV,)),
+    Mutant("py-ihalo-wait-pieces-reversed", "src/jaxmpi/_topology.py",
+           "return self.fill(keep, [y for ys in results for y in ys])",
+           "return self.fill(keep, [y for ys in results for y in ys[::-1]])",
+           "ihalo_exchange's wait writes each request's messages into the "
+           "halo of other directions", (NBT,)),
+    Mutant("py-ineighbor-backward-direction", "src/jaxmpi/_nonblocking.py",
+           'return dict(comm=comm, sources=spec.param("dests"),\n'
+           '                dests=spec.param("sources"),',
+           'return dict(comm=comm, sources=spec.param("sources"),\n'
+           '                dests=spec.param("dests"),',
+           "ineighbor_exchange's backward request sends the cotangents the "
+           "way the forward messages went", (NBT, NB)),
     # ---- the collectives of issue 12 -----------------------------------------
     Mutant("py-reduce-scatter-max-ties", "src/jaxmpi/_ops.py",
            "        mask = x == _gather_blocks(y, comm, counts)\n"

@@ -95,7 +95,7 @@ def _token_returns(doc: str, name: str) -> str:
                f"calls are ordered without it). ``jaxmpi.notoken.{name}``",
                "returns None."]
     else:
-        what = ("request" if name in _nonblocking.START
+        what = ("request" if name in _nonblocking.STARTS
                 else "results" if name == "waitall" else "result")
         first = f"``({what}, token)``"
         if name == "wait":

@@ -725,7 +725,7 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
     )[0]
 
 
-MAX_EXCHANGE_PAIRS = 32
+MAX_EXCHANGE_PAIRS = _ops.MAX_EXCHANGE_PAIRS  # 32: the core's limit per call
 
 
 def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
@@ -1226,6 +1226,6 @@ __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast",
 OPERATIONS = tuple(n for n in __all__ if n != "has_cuda_support")
 
 # Operations on process topologies (Cartesian, graph), written in
-# _topology.py on top of the primitives; it takes _begin and _join from here.
+# _topology.py on top of the primitives, beside their non-blocking forms.
 from ._topology import halo_exchange, neighbor_alltoallv  # noqa: E402
 

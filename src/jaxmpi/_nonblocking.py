@@ -48,7 +48,7 @@ HANDLE = ShapedArray((), np.dtype(np.float32))
 # ---- misuse: requests dropped, waited twice, or leaving their function ------
 
 _next_rid = itertools.count(1)
-_dropped: dict[int, str] = {}  # rid -> description, traced requests never waited
+_dropped: dict[int, _State] = {}  # rid -> state, traced requests never waited
 _leaked: list[str] = []         # eager requests collected without a wait
 _graveyard: list = []           # their buffers, kept alive: MPI may write them
 
@@ -73,14 +73,14 @@ def _on_drop(state, bufs):
         _leaked.append(_describe(state))
         _graveyard.append(bufs)
     else:
-        _dropped[state.rid] = _describe(state)
+        _dropped[state.rid] = state
 
 
 def check_no_leaks(fn: str) -> None:
     """Raise if a request was dropped without a wait (called by every jaxmpi
     operation before anything else)."""
     if _leaked or _dropped:
-        what = _leaked + list(_dropped.values())
+        what = _leaked + [_describe(st) for st in _dropped.values()]
         _leaked.clear()
         _dropped.clear()
         raise RuntimeError(
@@ -104,14 +104,17 @@ class Request:
     ...) returns and ``wait`` (or ``waitall``) completes.
 
     A JAX value made by the starts, not by the caller. It holds the
-    request's handle (a float32 scalar) and every buffer MPI uses until the
-    wait: send buffers aliased to the inputs, receive buffers to the
-    templates, results of the start that only the Request holds, so no other
-    operation of the program can read a half-received buffer or overwrite
-    one MPI still sends from. It must be waited exactly once, in the
-    function that started it (the same ``jit``, loop body, ``cond`` branch
-    or transformation). Misuse is an error that names the op and where the
-    request was started:
+    handle of each request in flight (a float32 scalar; one for most
+    starts, one per ``ineighbor_exchange`` it is made of for
+    ``ihalo_exchange`` and ``ineighbor_alltoallv``) and every buffer MPI
+    uses until the wait: send buffers aliased to the inputs, receive
+    buffers to the templates, results of the start that only the Request
+    holds, so no other operation of the program can read a half-received
+    buffer or overwrite one MPI still sends from; and what the wait does
+    with the messages (``ihalo_exchange``: the block whose halo they fill).
+    It must be waited exactly once, in the function that started it (the
+    same ``jit``, loop body, ``cond`` branch or transformation). Misuse is
+    an error that names the op and where the request was started:
 
     * returned from a jitted function, or passed into an inner ``jit``,
       loop body or ``cond`` branch: ``TypeError`` at trace time (a Request
@@ -134,22 +137,36 @@ class Request:
             req                  # Request(jaxmpi.irecv, waited)
     """
 
-    __slots__ = ("_handle", "_bufs", "_spec", "_state", "__weakref__")
+    __slots__ = ("_parts", "_keep", "_finish", "_state", "__weakref__")
 
-    def __init__(self, handle, bufs, spec, state):
-        self._handle = handle
-        self._bufs = tuple(bufs)
-        self._spec = spec
+    def __init__(self, parts, keep, finish, state):
+        self._parts = tuple(parts)  # _Part per start primitive, in order
+        self._keep = tuple(keep)    # arrays finish needs besides the messages
+        self._finish = finish       # (each part's results, keep) -> result
         self._state = state
 
     @property
     def op(self) -> str:
         """The name of the start that made this request, e.g. ``"irecv"``."""
-        return self._spec.op
+        return self._state.op
 
     def __repr__(self):
-        return (f"Request(jaxmpi.{self._spec.op}, "
+        return (f"Request(jaxmpi.{self._state.op}, "
                 f"{'waited' if self._state.waited else 'in flight'})")
+
+
+@dataclass(frozen=True, eq=False)
+class _Part:
+    """One start primitive's request: its handle, its buffers, its spec."""
+
+    handle: object
+    bufs: tuple
+    spec: object
+
+
+def _leaves(req):
+    return [leaf for p in req._parts for leaf in (p.handle, *p.bufs)] + list(
+        req._keep)
 
 
 def _flatten(req):
@@ -161,12 +178,17 @@ def _flatten(req):
             "it (returned from jit, or passed into an inner jit, loop body or "
             "cond branch): wait it in that function. Requests are issued and "
             "completed in program order; their buffers are in use by MPI.")
-    return (req._handle, *req._bufs), (req._spec, req._state)
+    shape = tuple((p.spec, len(p.bufs)) for p in req._parts)
+    return _leaves(req), (shape, req._finish, req._state)
 
 
 def _unflatten(aux, leaves):
-    spec, state = aux
-    return Request(leaves[0], leaves[1:], spec, state)
+    shape, finish, state = aux
+    parts, at = [], 0
+    for spec, n in shape:
+        parts.append(_Part(leaves[at], tuple(leaves[at + 1:at + 1 + n]), spec))
+        at += 1 + n
+    return Request(parts, leaves[at:], finish, state)
 
 
 jax.tree_util.register_pytree_node(Request, _flatten, _unflatten)
@@ -223,9 +245,10 @@ def _define_start(name, bufs_rule, aliases, target=None):
             aliases(len(operands), **params) if callable(aliases) else aliases,
             target(**params) if target else name)
         if rid in _dropped:
+            state = _dropped.pop(rid)
             raise RuntimeError(
-                f"jaxmpi.{name}: {_dropped.pop(rid)} was never waited in the "
-                "function that started it: pass it to jaxmpi.wait (or "
+                f"jaxmpi.{state.op}: {_describe(state)} was never waited in "
+                "the function that started it: pass it to jaxmpi.wait (or "
                 "waitall) there.")
         # A parameter that is None (counts of equal blocks) is no attribute.
         return lower_with_token(ctx, rule, *operands, **_ops._attributes(
@@ -718,9 +741,15 @@ ialltoallv_p = _define_start(
 _spec("ialltoallv", (1,))
 _BACKWARD["ialltoallv"] = _blocking_backward(_ops.alltoallv_p)
 
-# ineighbor_exchange: buffers [*xs, *ys], results ys. Backward: the blocking
-# exchange reversed (posts all its messages at once, so it cannot deadlock
-# against the other ranks' backward programs).
+# ineighbor_exchange: buffers [*xs, *ys], results ys. Backward: a request of
+# every pair reversed (y_i's cotangent goes back to sources[i], x_i's comes
+# from dests[i], in the backward tag space, as neighbor_exchange's
+# transpose), started where the forward wait was and waited where the
+# forward start was. Several exchanges started together (ihalo_exchange's
+# parts, ineighbor_alltoallv's one-pair exchanges of a graph) are thus all
+# posted before any is waited in the backward program too: a blocking
+# exchange per request could wait for a message its peer sends only in a
+# later one.
 ineighbor_exchange_p = _define_start(
     "ineighbor_exchange",
     lambda *xs, comm, sources, dests, tag, recv_avals: [
@@ -729,22 +758,34 @@ ineighbor_exchange_p = _define_start(
 _spec("ineighbor_exchange", lambda nops, **_: range(nops, 2 * nops))
 
 
-def _nx_backward():
-    def start(cts, bufs, spec):
-        params = dict(spec.params)
-        n = len(bufs) // 2
-        xs = [ad.UndefinedPrimal(b) for b in bufs[:n]]
-        cx = ad.primitive_transposes[_ops.neighbor_exchange_p](
-            list(cts), *xs, **params)
-        cx = [_ops._ct(c, b) for c, b in zip(cx, bufs[:n])]
-        return (jnp.zeros((), np.float32),
-                [*cx, *[_ops._zeros(b) for b in bufs[n:]]])
-
-    return _Backward(start, lambda bh, bbufs, operands, spec:
-                     bbufs[:len(operands)])
+def _inx_bw_params(spec, xs):
+    comm = spec.param("comm")
+    return dict(comm=comm, sources=spec.param("dests"),
+                dests=spec.param("sources"),
+                tag=_ops._backward_tag(spec.param("tag"), comm),
+                recv_avals=tuple((tuple(x.shape), np.dtype(x.dtype))
+                                 for x in xs))
 
 
-_BACKWARD["ineighbor_exchange"] = _nx_backward()
+def _inx_bw_start(cts, bufs, spec):
+    # Forward buffers [xs, ys]; the backward request sends the ys'
+    # cotangents and receives into xs-shaped buffers: its buffers [ys', xs']
+    # are handed back in the forward order.
+    n = len(cts)
+    h, *bb = ineighbor_exchange_p.bind(*cts, rid=0,
+                                       **_inx_bw_params(spec, bufs[:n]))
+    return h, [*bb[n:], *bb[:n]]
+
+
+def _inx_bw_finish(bh, bbufs, operands, spec):
+    n = len(operands)
+    xs, cs = bbufs[:n], bbufs[n:]
+    params = _inx_bw_params(spec, xs)
+    return list(wait_p.bind(bh, *cs, *xs,
+                            spec=_SPECS["ineighbor_exchange"](cs, params)))
+
+
+_BACKWARD["ineighbor_exchange"] = _Backward(_inx_bw_start, _inx_bw_finish)
 
 # vmap, one request for the whole batch: (the operands' batch axis, each
 # buffer's). In front of everything suits the elementwise and point-to-point
@@ -801,16 +842,47 @@ def _begin(fn, comm, token):
     return info, tok
 
 
-def _start(name, operands, params):
+def compose(op, starts, finish, keep=()):
+    """The Request of the public start `op`, made of start primitives.
+
+    `starts`: (primitive name, operands, parameters) of each, bound in
+    order under one request id (a request never waited is reported when
+    the first of them is lowered). The wait waits each in order and
+    returns ``finish(results, keep)``: results[i] is the list of start i's
+    results, `keep` the arrays the finish uses besides them (the Request
+    holds them, so they reach the wait in the function that started it).
+    Starts built from others (ihalo_exchange, ineighbor_alltoallv) pack
+    their messages before calling this and unpack them in `finish`; their
+    derivatives and batching are the primitives' and those of the
+    packing and unpacking."""
     clean = _jcore.trace_state_clean()
     rid = 0 if clean else next(_next_rid)
-    handle, *bufs = START[name].bind(*operands, rid=rid, **params)
-    spec = _SPECS[name](operands, params)
-    state = _State(name, _caller(), rid,
+    parts = []
+    for name, operands, params in starts:
+        handle, *bufs = START[name].bind(*operands, rid=rid, **params)
+        parts.append(_Part(handle, tuple(bufs),
+                           _SPECS[name](operands, params)))
+    state = _State(op, _caller(), rid,
                    None if clean else _jcore.trace_ctx.trace)
-    req = Request(handle, bufs, spec, state)
-    weakref.finalize(req, _on_drop, state, tuple(bufs))
+    req = Request(parts, keep, finish, state)
+    weakref.finalize(req, _on_drop, state, tuple(_leaves(req)))
     return req
+
+
+def _one_result(results, keep):
+    """A single start's wait: its one result, or None (isend, ibarrier)."""
+    return results[0][0] if results[0] else None
+
+
+def _every_result(results, keep):
+    """ineighbor_exchange's wait: every pair's message, as a tuple."""
+    return tuple(results[0])
+
+
+def _start(name, operands, params):
+    return compose(name, [(name, operands, params)],
+                   _every_result if name == "ineighbor_exchange"
+                   else _one_result)
 
 
 def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
@@ -2279,7 +2351,8 @@ def wait(request, *, token=None):
     Returns:
         The result of the request's operation, as its blocking form
         returns it: an array, a tuple of arrays for ``ineighbor_exchange``,
-        or None for ``isend`` and ``ibarrier``.
+        a list or tuple of arrays for ``ihalo_exchange`` of a list or
+        tuple, or None for ``isend`` and ``ibarrier``.
 
     Raises:
         TypeError: ``request`` is not a ``Request``, or ``token`` is not a
@@ -2322,13 +2395,12 @@ def wait(request, *, token=None):
     tok = v.token_arg(token, "wait")
     _ops_join(tok)
     state.waited = True
-    outs = wait_p.bind(request._handle, *request._bufs, spec=request._spec)
-    after = _AFTER_WAIT.get(request._spec.op)
-    if after is not None:
-        outs = after(outs, request._spec)
-    if request._spec.op == "ineighbor_exchange":
-        return tuple(outs)
-    return outs[0] if outs else None
+    results = []
+    for part in request._parts:
+        outs = wait_p.bind(part.handle, *part.bufs, spec=part.spec)
+        after = _AFTER_WAIT.get(part.spec.op)
+        results.append(after(outs, part.spec) if after else outs)
+    return request._finish(results, request._keep)
 
 
 def waitall(requests, *, token=None):
@@ -2387,5 +2459,14 @@ __all__ = ["isend", "irecv", "isendrecv", "iallreduce", "ibcast", "ibarrier",
            "ireduce", "iscan", "igather", "iscatter", "iallgather",
            "ialltoall", "ineighbor_exchange", "iexscan", "ireduce_scatter",
            "iallgatherv", "igatherv", "iscatterv", "ialltoallv",
+           "ihalo_exchange", "ineighbor_alltoallv",
            "wait", "waitall", "Request"]
 OPERATIONS = tuple(n for n in __all__ if n != "Request")
+# The starts: every operation but wait and waitall returns a Request.
+STARTS = tuple(n for n in OPERATIONS if n not in ("wait", "waitall"))
+
+# The non-blocking forms of the topology operations, written in
+# _topology.py beside the blocking ones (sharing their checks, packing and
+# unpacking) from ineighbor_exchange's requests; it takes compose, Request
+# and _begin from here.
+from ._topology import ihalo_exchange, ineighbor_alltoallv  # noqa: E402

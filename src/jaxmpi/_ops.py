@@ -576,6 +576,7 @@ for _platform in LOWERING_PLATFORMS:
 # Pair i sends x_i to dests[i] and receives y_i (shape and dtype recv_avals[i])
 # from sources[i], both with tag + i; the C core posts every receive and send
 # at once and waits once. The recv shapes are parameters, not templates.
+MAX_EXCHANGE_PAIRS = 32  # pairs per call: the core's limit (JM_MAX_BUFFERS)
 neighbor_exchange_p = _define(
     "neighbor_exchange",
     lambda *xs, comm, sources, dests, tag, recv_avals: [

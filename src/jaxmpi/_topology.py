@@ -1,18 +1,23 @@
 """Operations on MPI process topologies: the halo exchange of a Cartesian
 communicator's blocks, and the sparse neighbourhood all-to-all of a
-distributed-graph or Cartesian one. Both are compositions: slices of the
-arrays, one variadic exchange primitive (``neighbor_exchange_p`` or
-``neighbor_alltoallv_p``, every receive and send posted at once, one
-MPI_Waitall), and the received pieces put in place. JVP, transpose and
-batching follow from those of the parts: the transpose of a halo exchange
-sends each halo's cotangent back to the rank that owns the cells and adds it
-into that rank's rim (docs/autodiff.md).
+distributed-graph or Cartesian one, and their non-blocking forms. All are
+compositions: slices of the arrays, a variadic exchange primitive
+(``neighbor_exchange_p`` or ``neighbor_alltoallv_p``, every receive and send
+posted at once, one MPI_Waitall; for the non-blocking forms
+``ineighbor_exchange_p`` requests, completed by the wait), and the received
+pieces put in place. The blocking and non-blocking forms share the checks
+of their arguments, the packing and the unpacking, so their results are
+bitwise the same. JVP, transpose and batching follow from those of the
+parts: the transpose of a halo exchange sends each halo's cotangent back to
+the rank that owns the cells and adds it into that rank's rim
+(docs/autodiff.md).
 """
 
 from __future__ import annotations
 
 import itertools
 import operator
+from dataclasses import dataclass
 
 import numpy as np
 from jax import lax
@@ -20,7 +25,14 @@ from mpi4py import MPI
 
 from . import _ops
 from . import _validate as v
-from ._api import MAX_EXCHANGE_PAIRS, _begin, _join
+from ._nonblocking import Request, compose
+# The checks every operation makes first (leaked requests, comm, token) and
+# the join of a traced token: _nonblocking's, the same as _api's (which
+# imports this module, so it cannot be imported from here).
+from ._nonblocking import _begin, _ops_join as _join
+from ._nonblocking import MAX_EXCHANGE_PAIRS as MAX_REQUEST_PAIRS
+from ._ops import MAX_EXCHANGE_PAIRS
+
 
 def _static_count(value, fn: str, name: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(
@@ -122,6 +134,137 @@ def _rim_and_halo(shape, widths, d, whole=()):
             (*halo_lo, *(0 for _ in rest)))
 
 
+@dataclass(frozen=True)
+class _Halo:
+    """A halo exchange's plan, from the arrays' shapes alone (no array of
+    the trace: the non-blocking form's Request holds it for its wait).
+    `local`: the pieces copied within the block, (k, lo, hi, at) each;
+    `messages`: (source, dest, pieces) each, one per direction and dtype,
+    pieces (k, lo, hi, at, shape) raveled one after another where several
+    arrays of one dtype share it; `kind`: None for one array, else list or
+    x's tuple type."""
+
+    local: tuple
+    messages: tuple
+    kind: object
+    tag: int
+
+    def pack(self, arrays):
+        """The arrays with the local copies made, and each message's send
+        buffer, cut from them."""
+        # The local copies first, into the result; the messages' pieces are
+        # then slices of the result (whole along the wrapped axes, their
+        # halo already filled), as the demo's hand-written exchange does.
+        # Slicing the input instead (the wrapped halo rebuilt from its rims
+        # by concatenation) made XLA copy every array twice per call and run
+        # a fusion per corner cell: 3 float32 fields of 64 x 128 on a 1 x 2
+        # grid, 63 against 8.8 us per exchange (benchmarks/halo.py).
+        out = list(arrays)
+        for k, lo, hi, at in self.local:  # from the own cells
+            out[k] = lax.dynamic_update_slice(out[k],
+                                              lax.slice(arrays[k], lo, hi), at)
+        sends = []
+        for _, _, where in self.messages:
+            pieces = []
+            for k, lo, hi, _, _ in where:
+                pieces.append(lax.slice(out[k], lo, hi))
+            sends.append(pieces[0] if len(pieces) == 1 else lax.concatenate(
+                [p.reshape(-1) for p in pieces], 0))
+        return out, sends
+
+    def pairs(self, sends):
+        """(sources, dests, recv_avals) of the messages: each is received
+        into a buffer of its send buffer's shape."""
+        sources, dests = [], []
+        for source, dest, _ in self.messages:
+            sources.append(int(source))
+            dests.append(int(dest))
+        avals = [(tuple(b.shape), np.dtype(b.dtype)) for b in sends]
+        return sources, dests, avals
+
+    def fill(self, out, got):
+        """`out` with the received messages written into its halo."""
+        out = list(out)
+        for (source, _, where), msg in zip(self.messages, got):
+            if source == MPI.PROC_NULL:  # no neighbour: x's cells stay
+                continue
+            offset = 0
+            for k, _, _, at, shape in where:
+                size = int(np.prod(shape))
+                piece = msg if len(where) == 1 else lax.slice(
+                    msg, (offset,), (offset + size,)).reshape(shape)
+                offset += size
+                out[k] = lax.dynamic_update_slice(out[k], piece, at)
+        return self.result(out)
+
+    def result(self, out):
+        if self.kind is None:
+            return out[0]
+        return out if self.kind is list else self.kind(out)
+
+    def finish(self, results, keep):
+        """ihalo_exchange's wait: its requests' messages, in order, into
+        the halo of the block the start kept."""
+        return self.fill(keep, [y for ys in results for y in ys])
+
+
+def _halo_setup(fn, x, comm, width, tag, info):
+    """Every check of halo_exchange's (and ihalo_exchange's) arguments, and
+    the plan: (arrays, _Halo)."""
+    dims, periods, coords = _cart_topo(comm, fn)
+    ndim = len(dims)
+    widths = _widths(width, ndim, fn)
+    many = isinstance(x, (list, tuple))
+    arrays = [v.array(a, fn, f"x[{k}]" if many else "x")
+              for k, a in enumerate(x if many else [x])]
+    for k, a in enumerate(arrays):
+        name = f"x[{k}]" if many else "x"
+        if a.ndim < ndim:
+            raise ValueError(
+                f"{fn}: {name} has {a.ndim} axes but the communicator's grid "
+                f"has {ndim} dimensions (dims={list(dims)}): shape "
+                f"{tuple(a.shape)}")
+        for i, w in enumerate(widths):
+            if a.shape[i] < 3 * w:
+                raise ValueError(
+                    f"{fn}: width {w} is too large for {name}'s axis {i} of "
+                    f"{a.shape[i]} cells (shape {tuple(a.shape)}): the halo "
+                    f"on both sides and a rim of {w} to send need at least "
+                    f"{3 * w}")
+    plan = _halo_plan(dims, periods, coords, widths, comm)
+    # Arrays of one dtype share each direction's message (their pieces
+    # raveled one after another): one message per direction and dtype.
+    groups = {}
+    for k, a in enumerate(arrays):
+        groups.setdefault(np.dtype(a.dtype), []).append(k)
+    npairs = len(groups) * sum(kind == "message" for _, kind, _, _ in plan)
+    tag = v.tag_arg(tag, fn, "tag", info)
+    if npairs:
+        v.tag_arg(tag + npairs - 1, fn,
+                  f"tag + {npairs - 1} (the last piece's tag)", info)
+
+    wrapped = tuple(i for i in range(ndim) if dims[i] == 1 and periods[i])
+    local = []
+    for k, a in enumerate(arrays):
+        for d, kind, _, _ in plan:
+            if kind == "local":
+                local.append((k, *_rim_and_halo(a.shape, widths, d)))
+    messages = []
+    for ks in groups.values():
+        for d, kind, source, dest in plan:
+            if kind == "local":
+                continue
+            where = []
+            for k in ks:
+                lo, hi, at = _rim_and_halo(arrays[k].shape, widths, d,
+                                           wrapped)
+                where.append((k, lo, hi, at,
+                              tuple(b - a for a, b in zip(lo, hi))))
+            messages.append((int(source), int(dest), tuple(where)))
+    kind = None if not many else type(x) if isinstance(x, tuple) else list
+    return arrays, _Halo(tuple(local), tuple(messages), kind, tag)
+
+
 def halo_exchange(x, comm, width=1, *, tag=0, token=None):
     """Fill the halo of this rank's block of a grid decomposed over a
     Cartesian communicator (faces, edges and corners) from the neighbouring
@@ -187,92 +330,18 @@ def halo_exchange(x, comm, width=1, *, tag=0, token=None):
     """
     fn = "halo_exchange"
     info, tok = _begin(fn, comm, token)
-    dims, periods, coords = _cart_topo(comm, fn)
-    ndim = len(dims)
-    widths = _widths(width, ndim, fn)
-    many = isinstance(x, (list, tuple))
-    arrays = [v.array(a, fn, f"x[{k}]" if many else "x")
-              for k, a in enumerate(x if many else [x])]
-    for k, a in enumerate(arrays):
-        name = f"x[{k}]" if many else "x"
-        if a.ndim < ndim:
-            raise ValueError(
-                f"{fn}: {name} has {a.ndim} axes but the communicator's grid "
-                f"has {ndim} dimensions (dims={list(dims)}): shape "
-                f"{tuple(a.shape)}")
-        for i, w in enumerate(widths):
-            if a.shape[i] < 3 * w:
-                raise ValueError(
-                    f"{fn}: width {w} is too large for {name}'s axis {i} of "
-                    f"{a.shape[i]} cells (shape {tuple(a.shape)}): the halo "
-                    f"on both sides and a rim of {w} to send need at least "
-                    f"{3 * w}")
-    plan = _halo_plan(dims, periods, coords, widths, comm)
-    # Arrays of one dtype share each direction's message (their pieces
-    # raveled one after another): one message per direction and dtype.
-    groups = {}
-    for k, a in enumerate(arrays):
-        groups.setdefault(np.dtype(a.dtype), []).append(k)
-    npairs = len(groups) * sum(kind == "message" for _, kind, _, _ in plan)
-    tag = v.tag_arg(tag, fn, "tag", info)
-    if npairs:
-        v.tag_arg(tag + npairs - 1, fn,
-                  f"tag + {npairs - 1} (the last piece's tag)", info)
+    arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
     _join(tok)
-
-    wrapped = tuple(i for i in range(ndim) if dims[i] == 1 and periods[i])
-    # The local copies first, into the result; the messages' pieces are then
-    # slices of the result (whole along the wrapped axes, their halo already
-    # filled), as the demo's hand-written exchange does. Slicing the input
-    # instead (the wrapped halo rebuilt from its rims by concatenation) made
-    # XLA copy every array twice per call and run a fusion per corner cell:
-    # 3 float32 fields of 64 x 128 on a 1 x 2 grid, 63 against 8.8 us per
-    # exchange (benchmarks/halo.py).
-    out = list(arrays)
-    for k, a in enumerate(arrays):  # local copies, from the own cells
-        for d, kind, _, _ in plan:
-            if kind == "local":
-                lo, hi, at = _rim_and_halo(a.shape, widths, d)
-                out[k] = lax.dynamic_update_slice(out[k], lax.slice(a, lo, hi),
-                                                  at)
-    sends, avals, sources, dests, where = [], [], [], [], []
-    for ks in groups.values():
-        for d, kind, source, dest in plan:
-            if kind == "local":
-                continue
-            pieces, at = [], []
-            for k in ks:
-                lo, hi, start = _rim_and_halo(arrays[k].shape, widths, d,
-                                              wrapped)
-                pieces.append(lax.slice(out[k], lo, hi))
-                at.append(start)
-            send = pieces[0] if len(pieces) == 1 else lax.concatenate(
-                [p.reshape(-1) for p in pieces], 0)
-            sends.append(send)
-            avals.append((tuple(send.shape), np.dtype(send.dtype)))
-            sources.append(int(source))
-            dests.append(int(dest))
-            where.append((ks, [p.shape for p in pieces], at, source))
+    out, sends = halo.pack(arrays)
+    sources, dests, avals = halo.pairs(sends)
     got = []
     for start in range(0, len(sends), MAX_EXCHANGE_PAIRS):
         stop = start + MAX_EXCHANGE_PAIRS
         got += _ops.neighbor_exchange_p.bind(
             *sends[start:stop], comm=info, sources=tuple(sources[start:stop]),
-            dests=tuple(dests[start:stop]), tag=tag + start,
+            dests=tuple(dests[start:stop]), tag=halo.tag + start,
             recv_avals=tuple(avals[start:stop]))
-    for (ks, shapes, at, source), msg in zip(where, got):
-        if source == MPI.PROC_NULL:  # no neighbour: the halo keeps x's cells
-            continue
-        offset = 0
-        for k, shape, start in zip(ks, shapes, at):
-            size = int(np.prod(shape))
-            piece = msg if len(ks) == 1 else lax.slice(
-                msg, (offset,), (offset + size,)).reshape(shape)
-            offset += size
-            out[k] = lax.dynamic_update_slice(out[k], piece, start)
-    if not many:
-        return out[0]
-    return type(x)(out) if isinstance(x, tuple) else out
+    return halo.fill(out, got)
 
 
 def _neighbours(comm, fn: str):
@@ -308,6 +377,75 @@ def _counts(counts, n: int, fn: str, name: str, whose: str) -> tuple:
         raise ValueError(f"{fn}: {name} has {len(counts)} entries but this "
                          f"rank has {n} {whose}: {name}={list(counts)}")
     return counts
+
+
+def _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info):
+    """Every check of neighbor_alltoallv's (and ineighbor_alltoallv's)
+    arguments: (x, sendcounts, recvcounts, sources, dests, cartesian,
+    tag)."""
+    sources, dests, cartesian = _neighbours(comm, fn)
+    x = v.array(x, fn)
+    if x.ndim == 0:
+        raise ValueError(f"{fn}: x must have at least one axis (the rows "
+                         f"counted by sendcounts), got a scalar")
+    sendcounts = _counts(sendcounts, len(dests), fn, "sendcounts",
+                         "out-neighbours (destinations)")
+    recvcounts = _counts(recvcounts, len(sources), fn, "recvcounts",
+                         "in-neighbours (sources)")
+    if sum(sendcounts) != x.shape[0]:
+        raise ValueError(
+            f"{fn}: sum(sendcounts) = {sum(sendcounts)} but x has "
+            f"{x.shape[0]} rows (shape {tuple(x.shape)}): "
+            f"sendcounts={list(sendcounts)}")
+    for name, n in (("in-neighbours", len(sources)),
+                    ("out-neighbours", len(dests))):
+        if n > MAX_EXCHANGE_PAIRS:
+            raise ValueError(f"{fn}: at most {MAX_EXCHANGE_PAIRS} "
+                             f"{name} per rank, this rank has {n}")
+    tag = v.tag_arg(tag, fn, "tag", info)
+    if cartesian and dests:
+        v.tag_arg(tag + len(dests) - 1, fn,
+                  f"tag + {len(dests) - 1} (the last direction's tag)", info)
+    return x, sendcounts, recvcounts, sources, dests, cartesian, tag
+
+
+def _blocks(x, sendcounts):
+    """x cut into the blocks sent to each out-neighbour."""
+    offsets = np.concatenate([[0], np.cumsum(sendcounts, dtype=np.int64)])
+    return [lax.slice_in_dim(x, int(offsets[j]), int(offsets[j + 1]))
+            for j in range(len(sendcounts))]
+
+
+def _row_aval(x, rows):
+    return ((rows, *x.shape[1:]), np.dtype(x.dtype))
+
+
+@dataclass(frozen=True)
+class _Received:
+    """neighbor_alltoallv's result from the blocks received: in the order
+    of the in-neighbours, ``n`` of them; `rest` and `dtype` make the empty
+    result of a rank without any."""
+
+    n: int
+    rest: tuple
+    dtype: object
+    cartesian: bool
+
+    def __call__(self, got):
+        # A Cartesian exchange's pair k receives the block sent the same
+        # way, from neighbour k ^ 1: in-neighbour i's block is pair i ^ 1's.
+        received = [got[i ^ 1] if self.cartesian else got[i]
+                    for i in range(self.n)]
+        if not received:  # no in-neighbours
+            return lax.full((0, *self.rest), 0, self.dtype)
+        if len(received) == 1:
+            return received[0]
+        return lax.concatenate(received, 0)
+
+    def finish(self, results, keep):
+        """ineighbor_alltoallv's wait: every request's messages, in order
+        (on a graph, exchange j's is in-neighbour j's block)."""
+        return self([y for ys in results for y in ys])
 
 
 def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
@@ -375,36 +513,12 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
     """
     fn = "neighbor_alltoallv"
     info, tok = _begin(fn, comm, token)
-    sources, dests, cartesian = _neighbours(comm, fn)
-    x = v.array(x, fn)
-    if x.ndim == 0:
-        raise ValueError(f"{fn}: x must have at least one axis (the rows "
-                         f"counted by sendcounts), got a scalar")
-    sendcounts = _counts(sendcounts, len(dests), fn, "sendcounts",
-                         "out-neighbours (destinations)")
-    recvcounts = _counts(recvcounts, len(sources), fn, "recvcounts",
-                         "in-neighbours (sources)")
-    if sum(sendcounts) != x.shape[0]:
-        raise ValueError(
-            f"{fn}: sum(sendcounts) = {sum(sendcounts)} but x has "
-            f"{x.shape[0]} rows (shape {tuple(x.shape)}): "
-            f"sendcounts={list(sendcounts)}")
-    for name, n in (("in-neighbours", len(sources)),
-                    ("out-neighbours", len(dests))):
-        if n > MAX_EXCHANGE_PAIRS:
-            raise ValueError(f"{fn}: at most {MAX_EXCHANGE_PAIRS} "
-                             f"{name} per rank, this rank has {n}")
-    tag = v.tag_arg(tag, fn, "tag", info)
-    if cartesian and dests:
-        v.tag_arg(tag + len(dests) - 1, fn,
-                  f"tag + {len(dests) - 1} (the last direction's tag)", info)
+    x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
+        _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
     _join(tok)
 
-    rest = tuple(x.shape[1:])
-    offsets = np.concatenate([[0], np.cumsum(sendcounts, dtype=np.int64)])
-    blocks = [lax.slice_in_dim(x, int(offsets[j]), int(offsets[j + 1]))
-              for j in range(len(dests))]
-    aval = lambda rows: ((rows, *rest), np.dtype(x.dtype))  # noqa: E731
+    blocks = _blocks(x, sendcounts)
+    received = _Received(len(sources), tuple(x.shape[1:]), x.dtype, cartesian)
     if cartesian:
         # Pair k sends block k towards neighbour k and receives, from the
         # opposite neighbour k ^ 1, that rank's block sent the same way:
@@ -414,16 +528,231 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
         got = _ops.neighbor_exchange_p.bind(
             *blocks, comm=info, sources=tuple(sources[k ^ 1] for k in range(n)),
             dests=dests, tag=tag,
-            recv_avals=tuple(aval(recvcounts[k ^ 1]) for k in range(n)))
-        received = [got[i ^ 1] for i in range(n)]
+            recv_avals=tuple(_row_aval(x, recvcounts[k ^ 1])
+                             for k in range(n)))
     elif sources or dests:
-        received = list(_ops.neighbor_alltoallv_p.bind(
+        got = _ops.neighbor_alltoallv_p.bind(
             *blocks, comm=info, sources=sources, dests=dests, tag=tag,
-            recv_avals=tuple(aval(c) for c in recvcounts)))
+            recv_avals=tuple(_row_aval(x, c) for c in recvcounts))
     else:
-        received = []
-    if not received:  # no in-neighbours
-        return lax.full((0, *rest), 0, x.dtype)
-    if len(received) == 1:
-        return received[0]
-    return lax.concatenate(received, 0)
+        got = []
+    return received(got)
+
+
+# ---- the non-blocking forms --------------------------------------------------
+# Each is a Request made of ineighbor_exchange requests (_nonblocking.compose):
+# the start makes the blocking op's checks, packs its messages and posts
+# them; the wait unpacks them as the blocking op does. Derivatives and vmap
+# are those of the parts: ineighbor_exchange's JVP (a tangent request beside
+# each), its transpose (a backward request per request, all started where
+# the forward wait was), its batching (one request for the whole batch).
+
+def _exchanges(info, sends, sources, dests, avals, tag):
+    """The ineighbor_exchange starts of messages paired as in
+    neighbor_exchange (pair i with tag + i), 15 pairs per request; one
+    without pairs where there is no message, so that every start has a
+    request (a Request never waited is then reported as any other)."""
+    starts = []
+    for a in range(0, len(sends), MAX_REQUEST_PAIRS):
+        b = a + MAX_REQUEST_PAIRS
+        starts.append(("ineighbor_exchange", tuple(sends[a:b]), dict(
+            comm=info, sources=tuple(sources[a:b]), dests=tuple(dests[a:b]),
+            tag=tag + a, recv_avals=tuple(avals[a:b]))))
+    return starts or [("ineighbor_exchange", (), dict(
+        comm=info, sources=(), dests=(), tag=tag, recv_avals=()))]
+
+
+def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
+    """Start filling the halo of this rank's block of a grid decomposed over
+    a Cartesian communicator; ``wait`` on the request completes it.
+
+    The non-blocking form of ``halo_exchange``, with its arguments and
+    checks: the start makes the local periodic copies (a block that is its
+    own neighbour), cuts the rims and posts every message (one per
+    neighbour and dtype; an ``ineighbor_exchange`` request per 15); the wait
+    writes the received pieces into the halo and returns what
+    ``halo_exchange`` returns, bitwise. Between the two, work that does not
+    read the halo runs while the messages travel (a stencil's interior).
+    Differentiable (a backward request per request, posted where the
+    forward wait was: the halo's cotangents go back and are added into the
+    owners' rims, as for ``halo_exchange``); under ``vmap``, one start for
+    the whole batch.
+
+    Args:
+        x: the block with its halo (an array with at least N axes, N the
+            communicator's number of dimensions), or a list or tuple of such
+            arrays, all exchanged by one request. Neighbouring blocks must
+            agree in size along the faces they share.
+        comm: an mpi4py Cartesian communicator
+            (``MPI.COMM_WORLD.Create_cart(dims, periods)``).
+        width: the halo's width: an int for every grid axis, or a sequence
+            of N ints (0: no halo along that axis).
+        tag: messages use tags ``tag`` to ``tag + messages - 1``.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the messages in flight, their buffers and the
+        block (its local periodic copies made); ``wait`` on it returns
+        ``x`` with its halo filled (a list or tuple of arrays where ``x``
+        is one), same shape and dtype, as ``halo_exchange`` does.
+
+    Raises:
+        TypeError: ``comm`` has no Cartesian topology, ``x`` is not an
+            array (or a list or tuple of arrays), ``width`` or ``tag`` is
+            not a static int, or ``token`` is not a token.
+        ValueError: a width is negative, ``width`` has not N entries, ``x``
+            has fewer than N axes, or an axis is shorter than three widths
+            (the halo on both sides and a rim to send), or a tag is out of
+            range.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use ``halo_exchange``).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself (a
+            neighbour's face of another size, a watchdog timeout) are
+            raised by ``wait``.
+
+    Example:
+        A periodic 2-D grid over all ranks, blocks of 64 x 64 cells with a
+        one-cell halo, the interior updated while the halo travels::
+
+            dims = MPI.Compute_dims(MPI.COMM_WORLD.Get_size(), 2)
+            cart = MPI.COMM_WORLD.Create_cart(dims, periods=[True, True])
+            req = mpx.ihalo_exchange(u, cart)
+            inner = stencil(u)[1:-1, 1:-1]      # reads no halo
+            u = mpx.wait(req)                   # halo filled
+            req, token = jaxmpi.ihalo_exchange(u, cart, width=1)  # token API
+            u, token = jaxmpi.wait(req, token=token)
+    """
+    fn = "ihalo_exchange"
+    info, tok = _begin(fn, comm, token)
+    arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
+    _join(tok)
+    out, sends = halo.pack(arrays)
+    sources, dests, avals = halo.pairs(sends)
+    return compose(fn, _exchanges(info, sends, sources, dests, avals,
+                                  halo.tag), halo.finish, keep=out)
+
+
+def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
+                        token=None) -> Request:
+    """Start exchanging variable-size blocks with this rank's neighbours in
+    a process topology; ``wait`` on the request completes it.
+
+    The non-blocking form of ``neighbor_alltoallv``, with its arguments,
+    checks and neighbour order: block ``j`` of ``x`` (``sendcounts[j]``
+    rows) goes to out-neighbour ``j``; block ``i`` of the result
+    (``recvcounts[i]`` rows) comes from in-neighbour ``i``. Made of
+    ``ineighbor_exchange`` requests: on a Cartesian communicator one per 15
+    directions (tags ``tag + k``, as ``neighbor_alltoallv``); on a graph
+    one per in- or out-neighbour (``max(in-degree, out-degree)`` requests,
+    each a receive and a send with the one tag ``tag``: repeated edges
+    between two ranks match in the order each side lists them, as in MPI).
+    A block from ``MPI.PROC_NULL`` is zeros. Differentiable (the reverse
+    exchange, counts swapped, as backward requests) and batchable (one
+    start for the whole batch).
+
+    Args:
+        x: the array to send, of shape ``(sum(sendcounts), *s)``.
+        sendcounts: rows sent to each out-neighbour (static ints >= 0, one
+            per destination).
+        recvcounts: rows received from each in-neighbour (static ints >= 0,
+            one per source); each must equal what that neighbour sends.
+        comm: an mpi4py communicator with a distributed-graph
+            (``Create_dist_graph_adjacent``), graph or Cartesian
+            (``Create_cart``) topology.
+        tag: the messages' tag (a Cartesian communicator's use ``tag`` to
+            ``tag + 2N - 1``, one per direction).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the messages in flight and their buffers;
+        ``wait`` on it returns an array of shape ``(sum(recvcounts), *s)``
+        and ``x``'s dtype: the blocks received, in the order of the
+        in-neighbours, as ``neighbor_alltoallv`` does.
+
+    Raises:
+        TypeError: ``comm`` has no topology, ``x`` is not an array, a count
+            or ``tag`` is not a static int, or ``token`` is not a token.
+        ValueError: ``x`` is a scalar, ``sendcounts`` or ``recvcounts`` has
+            not one entry per neighbour, a count is negative,
+            ``sum(sendcounts)`` is not ``x.shape[0]``, a rank has more than
+            32 in- or out-neighbours, or a tag is out of range.
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use ``neighbor_alltoallv``).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself (a
+            block of another size than its recvcount, a watchdog timeout)
+            are raised by ``wait``.
+
+    Example:
+        A ring as a distributed graph, rank r sending r + 1 rows right and
+        2 left::
+
+            left, right = (rank - 1) % size, (rank + 1) % size
+            ring = MPI.COMM_WORLD.Create_dist_graph_adjacent(
+                [left, right], [left, right])
+            x = jnp.ones((2 + rank + 1, 3))
+            req = mpx.ineighbor_alltoallv(x, [2, rank + 1], [left + 1, 2],
+                                          comm=ring)
+            z = compute(w)                      # while the blocks travel
+            y = mpx.wait(req)                   # (left + 3, 3) rows
+            req, token = jaxmpi.ineighbor_alltoallv(     # token API
+                x, [2, rank + 1], [left + 1, 2], comm=ring)
+            y, token = jaxmpi.wait(req, token=token)
+    """
+    fn = "ineighbor_alltoallv"
+    info, tok = _begin(fn, comm, token)
+    x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
+        _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
+    _join(tok)
+
+    blocks = _blocks(x, sendcounts)
+    received = _Received(len(sources), tuple(x.shape[1:]), x.dtype, cartesian)
+    if cartesian:  # the pairs of neighbor_alltoallv's exchange
+        n = len(dests)
+        starts = _exchanges(
+            info, blocks, [sources[k ^ 1] for k in range(n)], dests,
+            [_row_aval(x, recvcounts[k ^ 1]) for k in range(n)], tag)
+    else:
+        # Exchange j receives from in-neighbour j and sends to
+        # out-neighbour j (MPI.PROC_NULL and no rows past either list's
+        # end), every message with the one tag: each rank posts its
+        # receives from a peer, and its sends to it, in the order of its
+        # lists, and MPI matches them in that order. (One exchange of every
+        # pair would give pair i tag + i, which a rank's peers, listing it
+        # at other places, would not use.)
+        empty = lax.slice_in_dim(x, 0, 0)  # x's, so its tangent is x's too
+        starts = [("ineighbor_exchange",
+                   (blocks[j] if j < len(dests) else empty,), dict(
+                       comm=info,
+                       sources=(sources[j] if j < len(sources)
+                                else MPI.PROC_NULL,),
+                       dests=(dests[j] if j < len(dests) else MPI.PROC_NULL,),
+                       tag=tag,
+                       recv_avals=(_row_aval(x, recvcounts[j] if j < len(
+                           sources) else 0),)))
+                  for j in range(max(len(sources), len(dests)))]
+        starts = starts or _exchanges(info, [], [], [], [], tag)
+    return compose(fn, starts, received.finish)
