@@ -205,7 +205,7 @@ def _arguments(op, spec: Spec, sig, args, kwargs):
 # tree structure and static arguments: one C++ dispatch of all leaves. A
 # 100-leaf float32 tree (237 KiB) at 2 ranks (benchmarks/pytree.py): 680-700
 # us per eager allreduce with the packing and the unpacking each a jitted
-# computation around the single-array eager call, 406 us with one region,
+# computation around the single-array eager call, 406-465 us with one region,
 # most of it JAX's handling of 100 arguments and 100 results (a jitted
 # identity of the 100 leaves takes 217 us at 1 rank). Operations whose eager
 # result is an input itself (bcast on the root, gather off it, ...) keep
