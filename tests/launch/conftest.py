@@ -3,6 +3,7 @@ counts). Run with plain pytest, not under mpiexec: each test launches its
 own job through $JAXMPI_LAUNCH (set by ./run) with a timeout."""
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -27,11 +28,16 @@ def san_env():
     return out
 
 
+# Open MPI's launcher gives ranks a pty, so a child pytest colours its
+# summary ("\x1b[1m1 passed"), which a test's pattern must not see.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 class Job:
     def __init__(self, proc):
         self.returncode = proc.returncode
-        self.stdout = proc.stdout
-        self.stderr = proc.stderr
+        self.stdout = _ANSI.sub("", proc.stdout)
+        self.stderr = _ANSI.sub("", proc.stderr)
 
     def __repr__(self):
         return (f"rc={self.returncode}\n--- stdout\n{self.stdout[-4000:]}\n"
