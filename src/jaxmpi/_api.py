@@ -20,25 +20,14 @@ from . import _jax_compat as _jcore
 from . import _ops
 from . import _pytree
 from . import _validate as v
-from ._nonblocking import check_no_leaks
+# The checks every operation makes first (leaked requests, comm, token) and
+# the join of a traced token: one pair for the blocking, non-blocking and
+# topology operations.
+from ._nonblocking import _begin, _ops_join as _join
 # ANY_SOURCE, ANY_TAG: the defaults that show their names in signatures
 # (_MPIConstant stays importable from here for constants pickled before it
 # moved to _validate).
 from ._validate import ANY_SOURCE, ANY_TAG, _MPIConstant  # noqa: F401
-
-
-def _begin(fn, comm, token):
-    check_no_leaks(fn)
-    info = v.comm_info(comm, fn)
-    tok = v.token_arg(token, fn)
-    return info, tok
-
-
-def _join(tok):
-    # A concrete token outside any trace is already complete, and eager calls
-    # are ordered by JAX's runtime tokens: only traced tokens need joining.
-    if tok is not None and not _jcore.trace_state_clean():
-        _ops.join_token_p.bind(tok)
 
 
 def _passed_through(x, y):

@@ -836,6 +836,8 @@ for _name, _prim in START.items():
 
 
 def _begin(fn, comm, token):
+    """The checks every jaxmpi operation makes first, blocking or not:
+    no request dropped unwaited, ``comm`` (its info) and ``token``."""
     check_no_leaks(fn)
     info = v.comm_info(comm, fn)
     tok = v.token_arg(token, fn)
@@ -2325,6 +2327,8 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
 
 
 def _ops_join(tok):
+    # A concrete token outside any trace is already complete, and eager calls
+    # are ordered by JAX's runtime tokens: only traced tokens need joining.
     if tok is not None and not _jcore.trace_state_clean():
         _ops.join_token_p.bind(tok)
 

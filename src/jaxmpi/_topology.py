@@ -27,8 +27,7 @@ from . import _ops
 from . import _validate as v
 from ._nonblocking import Request, compose
 # The checks every operation makes first (leaked requests, comm, token) and
-# the join of a traced token: _nonblocking's, the same as _api's (which
-# imports this module, so it cannot be imported from here).
+# the join of a traced token, as in _api.
 from ._nonblocking import _begin, _ops_join as _join
 from ._nonblocking import MAX_EXCHANGE_PAIRS as MAX_REQUEST_PAIRS
 from ._ops import MAX_EXCHANGE_PAIRS
