@@ -920,13 +920,6 @@ def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
             not an intracommunicator, or ``token`` is not a token.
         ValueError: a rank or tag is out of range, or an array lives on more
             than one device (jaxmpi needs one JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -994,13 +987,6 @@ def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
             or ``token`` is not a token.
         ValueError: a rank or tag is out of range, or an array lives on more
             than one device (jaxmpi needs one JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1079,13 +1065,6 @@ def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
             or ``token`` is not a token.
         ValueError: a rank or tag is out of range, or an array lives on more
             than one device (jaxmpi needs one JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1166,13 +1145,6 @@ def iallreduce(x, op, *, comm=None, token=None,
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
         ValueError: ``adjoint`` is not ``"replicated"`` or ``"sum"``.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1235,13 +1207,6 @@ def ibcast(x, root, *, comm=None, token=None) -> Request:
             intracommunicator, or ``token`` is not a token.
         ValueError: a root is out of range, or an array lives on more than one
             device (jaxmpi needs one JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1293,13 +1258,6 @@ def ibarrier(*, comm=None, token=None) -> Request:
     Raises:
         TypeError: ``comm`` is not an intracommunicator, or ``token`` is
             not a token.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1361,13 +1319,6 @@ def ireduce(x, op, root, *, comm=None, token=None) -> Request:
             ``token`` is not a token.
         ValueError: a root is out of range, or an array lives on more than one
             device (jaxmpi needs one JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1427,13 +1378,6 @@ def iscan(x, op, *, comm=None, token=None) -> Request:
             is not an intracommunicator, or ``token`` is not a token.
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1500,13 +1444,6 @@ def iexscan(x, op, *, comm=None, token=None) -> Request:
             ``token`` is not a token.
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1585,13 +1522,6 @@ def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
             ``counts``) or ``sum(counts)``; ``counts`` has not one entry per
             rank or a negative entry; an array lives on more than one
             device (jaxmpi needs one JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1658,13 +1588,6 @@ def igather(x, root, *, comm=None, token=None) -> Request:
             intracommunicator, or ``token`` is not a token.
         ValueError: a root is out of range, or an array lives on more than one
             device (jaxmpi needs one JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1724,13 +1647,6 @@ def iscatter(x, root, *, comm=None, token=None) -> Request:
             device (jaxmpi needs one JAX device per process).
         ValueError: on the root, ``x.shape[0]`` is not the communicator's
             size.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1789,13 +1705,6 @@ def iallgather(x, *, comm=None, token=None) -> Request:
             ``token`` is not a token.
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1853,13 +1762,6 @@ def ialltoall(x, *, comm=None, token=None) -> Request:
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
         ValueError: ``x.shape[0]`` is not the communicator's size.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -1924,13 +1826,6 @@ def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
             is negative, ``x``'s rows disagree with its count (the error
             names the argument, its shape and the count), ``x`` is a scalar,
             or an array lives on more than one device.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -2004,13 +1899,6 @@ def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
             names the argument, its shape and the count), ``x`` is a scalar,
             a root is out of range, or an array lives on more than one
             device.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -2084,13 +1972,6 @@ def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
             error names the argument, its shape and the count), ``x`` is a
             scalar, a root is out of range, or an array lives on more than
             one device.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -2169,13 +2050,6 @@ def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
             is negative, ``x``'s rows disagree with ``sum(sendcounts)`` (the
             error names the argument, its shape and the counts), ``x`` is a
             scalar, or an array lives on more than one device.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -2262,13 +2136,6 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
             than one device (jaxmpi needs one JAX device per process).
         ValueError: the four sequences differ in length, or hold no pair
             or more than 15 pairs.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use the blocking
             operation).
@@ -2474,3 +2341,23 @@ STARTS = tuple(n for n in OPERATIONS if n not in ("wait", "waitall"))
 # unpacking) from ineighbor_exchange's requests; it takes compose, Request
 # and _begin from here.
 from ._topology import ihalo_exchange, ineighbor_alltoallv  # noqa: E402
+
+# What every start raises for a misused Request (the class's docstring says
+# more), written once here and put in each start's Raises before its entry
+# for GPUs, which every start has.
+_MISUSE_RAISES = """\
+        TypeError: at trace time, the returned ``Request`` leaves the
+            function that started it (returned from ``jit``, or passed into
+            an inner ``jit``, loop body or ``cond`` branch).
+        RuntimeError: a request was dropped without a wait: raised by the
+            next jaxmpi call or, for a request never waited inside a jitted
+            function, when that function is compiled (nothing of it
+            runs).
+"""
+_GPU_RAISES = "        NotImplementedError: the call is compiled for a GPU"
+for _name in STARTS:
+    _fn = globals()[_name]
+    if _GPU_RAISES not in (_fn.__doc__ or ""):
+        raise AssertionError(f"{_name}'s docstring has no entry for GPUs")
+    _fn.__doc__ = _fn.__doc__.replace(_GPU_RAISES,
+                                      _MISUSE_RAISES + _GPU_RAISES, 1)

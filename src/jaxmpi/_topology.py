@@ -605,13 +605,6 @@ def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
             has fewer than N axes, or an axis is shorter than three widths
             (the halo on both sides and a rim to send), or a tag is out of
             range.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use ``halo_exchange``).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
@@ -689,13 +682,6 @@ def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
             not one entry per neighbour, a count is negative,
             ``sum(sendcounts)`` is not ``x.shape[0]``, a rank has more than
             32 in- or out-neighbours, or a tag is out of range.
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
         NotImplementedError: the call is compiled for a GPU (non-blocking
             operations run on CPU only so far: use ``neighbor_alltoallv``).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
