@@ -25,7 +25,9 @@ the whole batch, the batch axis in front, as the blocking ops do).
 from __future__ import annotations
 
 import itertools
+import re
 import sys
+import textwrap
 import weakref
 from dataclasses import dataclass
 from functools import lru_cache
@@ -2344,20 +2346,24 @@ from ._topology import ihalo_exchange, ineighbor_alltoallv  # noqa: E402
 
 # What every start raises for a misused Request (the class's docstring says
 # more), written once here and put in each start's Raises before its entry
-# for GPUs, which every start has.
+# for GPUs, which every start has, at that entry's indentation (Python 3.13
+# strips a docstring's common indentation, older versions keep it).
 _MISUSE_RAISES = """\
-        TypeError: at trace time, the returned ``Request`` leaves the
-            function that started it (returned from ``jit``, or passed into
-            an inner ``jit``, loop body or ``cond`` branch).
-        RuntimeError: a request was dropped without a wait: raised by the
-            next jaxmpi call or, for a request never waited inside a jitted
-            function, when that function is compiled (nothing of it
-            runs).
+TypeError: at trace time, the returned ``Request`` leaves the
+    function that started it (returned from ``jit``, or passed into
+    an inner ``jit``, loop body or ``cond`` branch).
+RuntimeError: a request was dropped without a wait: raised by the
+    next jaxmpi call or, for a request never waited inside a jitted
+    function, when that function is compiled (nothing of it
+    runs).
 """
-_GPU_RAISES = "        NotImplementedError: the call is compiled for a GPU"
+_GPU_RAISES = re.compile(r"^( *)NotImplementedError: the call is compiled "
+                         r"for a GPU", re.M)
 for _name in STARTS:
     _fn = globals()[_name]
-    if _GPU_RAISES not in (_fn.__doc__ or ""):
+    _at = _GPU_RAISES.search(_fn.__doc__ or "")
+    if _at is None:
         raise AssertionError(f"{_name}'s docstring has no entry for GPUs")
-    _fn.__doc__ = _fn.__doc__.replace(_GPU_RAISES,
-                                      _MISUSE_RAISES + _GPU_RAISES, 1)
+    _fn.__doc__ = (_fn.__doc__[:_at.start()]
+                   + textwrap.indent(_MISUSE_RAISES, _at.group(1))
+                   + _fn.__doc__[_at.start():])
