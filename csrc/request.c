@@ -544,7 +544,8 @@ XLA_FFI_Error *jm_run_iscan(jm_call *c) {
 }
 
 /* Rank 0's result, which MPI leaves undefined, is the op's identity,
- * written after the wait (_nonblocking.py), as exscan's lowering does. */
+ * written after the wait (_prims_collectives.py), as exscan's lowering
+ * does. */
 XLA_FFI_Error *jm_run_iexscan(jm_call *c) {
   return reduction(c, "MPI_Iexscan", jm_mpi.Iexscan);
 }

@@ -19,21 +19,25 @@ from __future__ import annotations
 
 import atexit as _atexit
 import functools as _functools
+import sys as _sys
+import textwrap as _textwrap
 
 from mpi4py import MPI as _MPI  # initialises MPI first
 
 import jax as _jax
 
-from . import _api, _core, _effect, _faults, _nonblocking, _ops, _validate
+from . import _core, _effect, _faults, _registry, _validate, notoken
+from . import _jax_compat as jc
+from ._errors import MPIConfigurationError
 from ._region import jit
-from . import _jax_compat as _jcore
-from ._core import MPIConfigurationError
 from ._version import __version__
 
 _core.check_thread_level()
 _core.check_launch(_MPI.COMM_WORLD.Get_size())
-# The C core's table of handlers must be the primitives'; registers them.
-_core.get().register_handlers(_ops.PRIMITIVES, _nonblocking.START)
+# Every primitive is defined (notoken imported them all): the C core's table
+# must be the registry's; then its handlers are registered.
+_registry.check_table(_core.get().table())
+_core.get().register_handlers()
 
 # jaxmpi's own communicator: its traffic never meets the user's mpi4py traffic.
 _default_comm = _MPI.COMM_WORLD.Clone()
@@ -41,14 +45,11 @@ _default_comm.Set_errhandler(_MPI.ERRORS_RETURN)
 _validate.set_default_comm(_default_comm)
 
 
-
 def _stop_progress():
     left = _core.get().lib.jaxmpi_requests_shutdown()
     if left:
-        import sys
-
         print(f"jaxmpi: {left} non-blocking request(s) were never waited "
-              "(their MPI calls are abandoned at exit)", file=sys.stderr)
+              "(their MPI calls are abandoned at exit)", file=_sys.stderr)
 
 
 # Registered after mpi4py's finalizer, so they run first (last registered,
@@ -67,7 +68,7 @@ _eager_token = None
 def _token():
     """A token for the caller to pass on (ordering is already guaranteed)."""
     global _eager_token
-    if not _jcore.trace_state_clean():
+    if not jc.trace_state_clean():
         return _jax.lax.create_token()
     if _eager_token is None:
         _eager_token = _jax.lax.create_token()
@@ -95,7 +96,7 @@ def _token_returns(doc: str, name: str) -> str:
                f"calls are ordered without it). ``jaxmpi.notoken.{name}``",
                "returns None."]
     else:
-        what = ("request" if name in _nonblocking.STARTS
+        what = ("request" if name in _STARTS
                 else "results" if name == "waitall" else "result")
         first = f"``({what}, token)``"
         if name == "wait":
@@ -105,11 +106,9 @@ def _token_returns(doc: str, name: str) -> str:
                "token: for later calls' ``token=`` argument (optional: calls",
                f"are ordered without it). ``jaxmpi.notoken.{name}`` returns",
                f"the {what} alone."]
-    import textwrap
-
     wrapped = []
     for para in new:
-        wrapped += textwrap.wrap(para, 68)
+        wrapped += _textwrap.wrap(para, 68)
     return "\n".join(lines[:start + 1] + ["        " + w for w in wrapped]
                      + lines[end:])
 
@@ -124,17 +123,19 @@ def _with_token(fn):
     return wrapper
 
 
-# Every operation, from the one list of each module (_api.OPERATIONS,
-# _nonblocking.OPERATIONS): the token API's form wraps the bare one.
-# Non-blocking starts return ``(request, token)``; ``wait`` returns
-# ``(result, token)`` (a token alone for isend and ibarrier), ``waitall``
-# ``(results, token)`` (docs/nonblocking.md).
-for _module in (_api, _nonblocking):
-    for _name in _module.OPERATIONS:
-        globals()[_name] = _with_token(getattr(_module, _name))
-del _module, _name
-Request = _nonblocking.Request
-has_cuda_support = _api.has_cuda_support
+# Every operation, from notoken's one list: the token API's form wraps the
+# bare one. Non-blocking starts return ``(request, token)``; ``wait``
+# returns ``(result, token)`` (a token alone for isend and ibarrier),
+# ``waitall`` ``(results, token)`` (docs/nonblocking.md).
+OPERATIONS = tuple(n for n in notoken.__all__
+                   if n not in ("has_cuda_support", "Request", "jit"))
+_STARTS = tuple(n for n in OPERATIONS if getattr(
+    notoken, n).__annotations__.get("return") == "Request")
+for _name in OPERATIONS:
+    globals()[_name] = _with_token(getattr(notoken, _name))
+del _name
+Request = notoken.Request
+has_cuda_support = notoken.has_cuda_support
 
 
 def set_check(on=True) -> None:
@@ -227,10 +228,8 @@ def get_default_comm():
 
 
 __all__ = [
-    *_api.OPERATIONS, *_nonblocking.OPERATIONS, "Request",
+    *OPERATIONS, "Request",
     "has_cuda_support", "jit", "get_default_comm", "set_check",
     "set_timeout",
     "MPIConfigurationError", "notoken",
 ]
-
-from . import notoken  # noqa: E402

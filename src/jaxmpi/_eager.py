@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import os
 
+import jax
 import numpy as np
 from mpi4py import MPI
 
 from . import _core, _dtypes
-from ._jax_compat import dispatch
-from ._jax_compat import xla_client as xc
+from . import _jax_compat as jc
 from ._effect import mpi_effect
 from ._region import MARKER_KEY
 from ._threads import guard
@@ -94,7 +94,7 @@ def usable(x) -> bool:
 def wait_for_dispatched() -> None:
     """Return once every jaxmpi computation this thread dispatched ended:
     the runtime token of jax.jit's, the marker of jaxmpi.jit's (_region)."""
-    tokens = dispatch.runtime_tokens
+    tokens = jc.dispatch.runtime_tokens
     tok = tokens.current_tokens.get(mpi_effect)
     if tok is not None:
         tok.block_until_ready()
@@ -106,13 +106,11 @@ def wait_for_dispatched() -> None:
 def _new_array(x, data: np.ndarray):
     (device,) = x.sharding.device_set
     aval = x.aval if data.shape == x.shape else x.aval.update(shape=data.shape)
-    return xc.batched_device_put(aval, x.sharding, [data], [device],
+    return jc.xla_client.batched_device_put(aval, x.sharding, [data], [device],
                                  x._committed)
 
 
 def _failure(fn: str, mpi_fn: str, comm, e: MPI.Exception):
-    import jax
-
     return jax.errors.JaxRuntimeError(
         f"INTERNAL: jaxmpi.{fn}: {mpi_fn} failed on rank {comm.Get_rank()} "
         f"of {comm.Get_size()}: {e.Get_error_string()} (MPI error code "

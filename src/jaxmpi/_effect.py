@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import hashlib
 
-from . import _jax_compat as _compat
-from ._jax_compat import Effect, abstract_token, mlir
+import jax
+
+from . import _jax_compat as jc
+from ._errors import MULTI_DEVICE_HELP
+from ._threads import guard
 
 
-class MPIEffect(Effect):
+class MPIEffect(jc.Effect):
     """All jaxmpi calls of a program, in order."""
 
     # The same hash in every process (persistent compilation caches key on it).
@@ -32,15 +35,15 @@ class MPIEffect(Effect):
 
 mpi_effect = MPIEffect()
 
-for _registry in (
-    _compat.ordered_effects,
-    _compat.lowerable_effects,
-    _compat.control_flow_allowed_effects,
-    _compat.custom_derivatives_allowed_effects,
-    _compat.remat_allowed_effects,
-    _compat.partial_eval_kept_effects,  # keep ops whose results are unused
+for _effect_types in (
+    jc.ordered_effects,
+    jc.lowerable_effects,
+    jc.control_flow_allowed_effects,
+    jc.custom_derivatives_allowed_effects,
+    jc.remat_allowed_effects,
+    jc.partial_eval_kept_effects,  # keep ops whose results are unused
 ):
-    _registry.add_type(MPIEffect)
+    _effect_types.add_type(MPIEffect)
 
 
 def lower_with_token(ctx, rule, *operands, **attrs):
@@ -48,14 +51,14 @@ def lower_with_token(ctx, rule, *operands, **attrs):
     through as the custom call's last operand and result."""
     token = ctx.tokens_in.get(mpi_effect)
     inner = ctx.replace(
-        avals_in=[*ctx.avals_in, abstract_token],
-        avals_out=[*ctx.avals_out, abstract_token],
+        avals_in=[*ctx.avals_in, jc.abstract_token],
+        avals_out=[*ctx.avals_out, jc.abstract_token],
     )
     outs = rule(inner, *operands, token, **attrs)
     # The other ordered effects' tokens pass through (JAX hands every rule
     # the whole set: an ordered jax.debug.callback in the same program).
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(
-        mlir.TokenSet({mpi_effect: outs[-1]})))
+        jc.mlir.TokenSet({mpi_effect: outs[-1]})))
     return outs[:-1]
 
 
@@ -63,8 +66,6 @@ def join_token_lowering(ctx, user_token):
     """Make the effect token depend on a token the user passed in, through a
     no-op custom call of the C core (XLA:CPU orders thunks by buffer use; a
     bare stablehlo.after_all would give it no edge)."""
-    import jax
-
     rule = jax.ffi.ffi_lowering("jaxmpi_join_token", has_side_effect=True)
     return lower_with_token(ctx, rule, user_token)
 
@@ -88,7 +89,7 @@ def _jaxmpi_calls(jaxpr, found, depth=0):
             name = eqn.primitive.name[len("jaxmpi_"):]
             if name not in found:
                 found.append(name)
-        subs = _compat.jaxprs_in_params
+        subs = jc.jaxprs_in_params
         for sub in (subs(eqn.params) if subs else ()):
             _jaxmpi_calls(sub, found, depth + 1)
     return found
@@ -98,8 +99,6 @@ def multi_device_error(closed_jaxpr, devices):
     """jaxmpi's error for a program with jaxmpi calls compiled for several
     devices (a sharded jit): JAX's own says only that ordered effects are
     not supported for more than 1 device."""
-    from ._validate import MULTI_DEVICE_HELP
-
     calls = _jaxmpi_calls(getattr(closed_jaxpr, "jaxpr", closed_jaxpr), [])
     what = ", ".join(f"jaxmpi.{c}" for c in calls[:4]) or "jaxmpi"
     if len(calls) > 4:
@@ -119,7 +118,7 @@ def install_multi_device_error():
     runs between, so the function that raises it is wrapped. Only that
     error is touched; anything else (and a JAX without that function)
     passes through unchanged."""
-    pxla = _compat.pxla
+    pxla = jc.pxla
     inner = getattr(pxla, "_cached_lowering_to_hlo", None)
     if inner is None or getattr(inner, "_jaxmpi_wrapped", False):
         return
@@ -128,11 +127,9 @@ def install_multi_device_error():
         """The jaxpr and the devices among the arguments (found by type:
         JAX passes them positionally, and the cached function has no
         signature to read)."""
-        import jax
-
         jaxpr, devices = None, None
         for a in (*args, *kwargs.values()):
-            if jaxpr is None and isinstance(a, _compat.ClosedJaxpr):
+            if jaxpr is None and isinstance(a, jc.ClosedJaxpr):
                 jaxpr = a
             if devices is None and isinstance(a, (tuple, list)) and a and all(
                     isinstance(d, jax.Device) for d in a):
@@ -177,14 +174,12 @@ def install_multi_device_error():
 
 
 def _install_token_fastpath() -> bool:
-    dispatch = _compat.dispatch
+    dispatch = jc.dispatch
 
     cls = getattr(dispatch, "RuntimeTokenSet", None)
     orig = getattr(cls, "get_token_input", None)
     if orig is None or getattr(orig, "_jaxmpi", False):
         return False
-
-    from ._threads import guard
 
     def get_token_input(self, eff, devices):
         if eff is mpi_effect:

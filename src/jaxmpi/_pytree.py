@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from mpi4py import MPI
 
-from . import _jax_compat as _jcore
+from . import _jax_compat as jc
 from . import _validate as v
 from ._region import jit as _region_jit
 
@@ -97,7 +97,7 @@ class _Group:
         return tuple(leaf.shape[1:]) if self.rows else tuple(leaf.shape)
 
     def pack(self):
-        if _jcore.trace_state_clean():  # eager: one dispatch (see _packed)
+        if jc.trace_state_clean():  # eager: one dispatch (see _packed)
             return _packed(self.leaves, self.rows)
         return _pack(self.leaves, self.rows)
 
@@ -107,7 +107,7 @@ class _Group:
         if out is packed:  # passed through eagerly: x itself, as for one array
             return list(self.leaves)
         inner = tuple(self.inner(a) for a in self.leaves)
-        if _jcore.trace_state_clean():
+        if jc.trace_state_clean():
             return _unpacked(out, inner)
         return _unpack(out, inner)
 
@@ -265,7 +265,7 @@ def _region_call(op, spec: Spec, sig, args, kwargs):
 
 
 def _call_tree(op, spec: Spec, sig, args, kwargs):
-    if _jcore.trace_state_clean():
+    if jc.trace_state_clean():
         out = _region_call(op, spec, sig, args, kwargs)
         if out is not None:
             return out

@@ -45,17 +45,16 @@ import threading
 import jax
 import numpy as np
 
-from . import _jax_compat as _compat
+from . import _jax_compat as jc
 from ._effect import SeveralDevices, multi_device_error, mpi_effect
-from ._jax_compat import Primitive, ShapedArray, Tracer, dispatch, mlir
 from ._threads import guard
 
-_MARKER_AVAL = ShapedArray((), np.dtype(np.bool_))
+_MARKER_AVAL = jc.ShapedArray((), np.dtype(np.bool_))
 # The key of the marker among JAX's per-thread output runtime tokens (JAX
 # keys its own by device and only ever reads the values).
 MARKER_KEY = "jaxmpi.jit"
 
-region_p = Primitive("jaxmpi_region")
+region_p = jc.Primitive("jaxmpi_region")
 region_p.multiple_results = True
 
 
@@ -65,7 +64,7 @@ def _region_abstract_eval(*avals, jaxpr):
 
 def _region_impl(*args, jaxpr):
     # Bound only while jax.jit traces the wrapper; kept for completeness.
-    return [*_compat.jaxpr_as_fun(jaxpr)(*args), np.bool_(True)]
+    return [*jc.jaxpr_as_fun(jaxpr)(*args), np.bool_(True)]
 
 
 region_p.def_abstract_eval(_region_abstract_eval)
@@ -77,16 +76,16 @@ def _region_lowering(ctx, *args, jaxpr):
         # JAX's own check sees no ordered effect here; the wrapper of
         # _effect.install_multi_device_error names the devices.
         raise SeveralDevices(str(multi_device_error(jaxpr, None)))
-    token = _compat.hlo.create_token()
-    inner = ctx.replace(tokens_in=mlir.TokenSet({mpi_effect: token}),
+    token = jc.hlo.create_token()
+    inner = ctx.replace(tokens_in=jc.mlir.TokenSet({mpi_effect: token}),
                         avals_out=ctx.avals_out[:-1])
-    outs = mlir.core_call_lowering(inner, *args, name="jaxmpi_region",
+    outs = jc.mlir.core_call_lowering(inner, *args, name="jaxmpi_region",
                                    call_jaxpr=jaxpr)
-    marker = mlir.ir_constant(np.bool_(True))
+    marker = jc.mlir.ir_constant(np.bool_(True))
     return [*outs, marker]
 
 
-mlir.register_lowering(region_p, _region_lowering)
+jc.mlir.register_lowering(region_p, _region_lowering)
 
 
 # The status codes of the C core's errors (every XLA_FFI_Error_Code that
@@ -123,7 +122,7 @@ class Jitted:
         """Traced by jax.jit: ``fun``'s jaxpr inside one effect-free
         region, and the marker."""
         leaves, tree = jax.tree.flatten((args, kwargs))
-        dyn = [i for i, leaf in enumerate(leaves) if isinstance(leaf, Tracer)]
+        dyn = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jc.Tracer)]
         out_tree = []
 
         def flat(*values):
@@ -146,14 +145,14 @@ class Jitted:
         return jax.tree.unflatten(out_tree[0], outs), marker
 
     def __call__(self, *args, **kwargs):
-        if not _compat.trace_state_clean():
+        if not jc.trace_state_clean():
             return self._plain(*args, **kwargs)
         guard()
         try:
             out, marker = self._fast(*args, **kwargs)
         except ValueError as e:
             raise _runtime_error(e) from None
-        dispatch.runtime_tokens.output_runtime_tokens[MARKER_KEY] = marker
+        jc.dispatch.runtime_tokens.output_runtime_tokens[MARKER_KEY] = marker
         return out
 
     def lower(self, *args, **kwargs):
@@ -187,7 +186,7 @@ def _primitive_region(prim, params):
     kwargs = dict(params)
 
     def one_op(*args):
-        with _compat.source_info_util.user_context(
+        with jc.source_info_util.user_context(
                 getattr(_caller, "traceback", None)):
             return prim.bind(*args, **kwargs)
 
@@ -211,9 +210,9 @@ def apply_primitive(prim, *args, **params):
         except TypeError:  # a parameter that cannot be hashed
             fn = None
         if fn is not None:
-            _caller.traceback = _compat.xla_client.Traceback.get_traceback()
+            _caller.traceback = jc.xla_client.Traceback.get_traceback()
             return fn(*args)
-    return _compat.apply_primitive(prim, *args, **params)
+    return jc.apply_primitive(prim, *args, **params)
 
 
 def jit(fun=None, **jit_kwargs):

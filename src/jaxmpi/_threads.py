@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import threading
 
+from mpi4py import MPI
+
+from ._errors import MPIConfigurationError
+
 _owner: int | None = None
 _serialized: bool | None = None
 
@@ -28,8 +32,6 @@ def guard() -> None:
     compares per dispatch)."""
     global _owner, _serialized
     if _serialized is None:
-        from mpi4py import MPI
-
         _serialized = MPI.Query_thread() < MPI.THREAD_MULTIPLE
     if not _serialized:
         return
@@ -37,8 +39,6 @@ def guard() -> None:
     if _owner is None:
         _owner = me
     elif _owner != me:
-        from ._core import MPIConfigurationError
-
         raise MPIConfigurationError(
             "jaxmpi: MPI was initialised below MPI_THREAD_MULTIPLE (e.g. "
             "mpi4py.rc.thread_level = 'serialized'), and jaxmpi work was "

@@ -23,14 +23,11 @@ import numpy as np
 from jax import lax
 from mpi4py import MPI
 
-from . import _ops
 from . import _validate as v
-from ._nonblocking import Request, compose
-# The checks every operation makes first (leaked requests, comm, token) and
-# the join of a traced token, as in _api.
-from ._nonblocking import _begin, _ops_join as _join
-from ._nonblocking import MAX_EXCHANGE_PAIRS as MAX_REQUEST_PAIRS
-from ._ops import MAX_EXCHANGE_PAIRS
+from ._prims_p2p import neighbor_alltoallv_p, neighbor_exchange_p
+from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
+from ._requests import Request, compose
+from ._steps import _begin, _join
 
 
 def _static_count(value, fn: str, name: str) -> int:
@@ -334,9 +331,9 @@ def halo_exchange(x, comm, width=1, *, tag=0, token=None):
     out, sends = halo.pack(arrays)
     sources, dests, avals = halo.pairs(sends)
     got = []
-    for start in range(0, len(sends), MAX_EXCHANGE_PAIRS):
-        stop = start + MAX_EXCHANGE_PAIRS
-        got += _ops.neighbor_exchange_p.bind(
+    for start in range(0, len(sends), PAIRS_PER_CALL):
+        stop = start + PAIRS_PER_CALL
+        got += neighbor_exchange_p.bind(
             *sends[start:stop], comm=info, sources=tuple(sources[start:stop]),
             dests=tuple(dests[start:stop]), tag=halo.tag + start,
             recv_avals=tuple(avals[start:stop]))
@@ -398,8 +395,8 @@ def _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info):
             f"sendcounts={list(sendcounts)}")
     for name, n in (("in-neighbours", len(sources)),
                     ("out-neighbours", len(dests))):
-        if n > MAX_EXCHANGE_PAIRS:
-            raise ValueError(f"{fn}: at most {MAX_EXCHANGE_PAIRS} "
+        if n > PAIRS_PER_CALL:
+            raise ValueError(f"{fn}: at most {PAIRS_PER_CALL} "
                              f"{name} per rank, this rank has {n}")
     tag = v.tag_arg(tag, fn, "tag", info)
     if cartesian and dests:
@@ -524,13 +521,13 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
         # tag + k tells the two directions apart where both neighbours are
         # one rank (a periodic axis of size 1 or 2).
         n = len(dests)
-        got = _ops.neighbor_exchange_p.bind(
+        got = neighbor_exchange_p.bind(
             *blocks, comm=info, sources=tuple(sources[k ^ 1] for k in range(n)),
             dests=dests, tag=tag,
             recv_avals=tuple(_row_aval(x, recvcounts[k ^ 1])
                              for k in range(n)))
     elif sources or dests:
-        got = _ops.neighbor_alltoallv_p.bind(
+        got = neighbor_alltoallv_p.bind(
             *blocks, comm=info, sources=sources, dests=dests, tag=tag,
             recv_avals=tuple(_row_aval(x, c) for c in recvcounts))
     else:
@@ -552,8 +549,8 @@ def _exchanges(info, sends, sources, dests, avals, tag):
     without pairs where there is no message, so that every start has a
     request (a Request never waited is then reported as any other)."""
     starts = []
-    for a in range(0, len(sends), MAX_REQUEST_PAIRS):
-        b = a + MAX_REQUEST_PAIRS
+    for a in range(0, len(sends), PAIRS_PER_REQUEST):
+        b = a + PAIRS_PER_REQUEST
         starts.append(("ineighbor_exchange", tuple(sends[a:b]), dict(
             comm=info, sources=tuple(sources[a:b]), dests=tuple(dests[a:b]),
             tag=tag + a, recv_avals=tuple(avals[a:b]))))

@@ -1,0 +1,453 @@
+"""How jaxmpi's primitives are made: a blocking primitive per op (its
+shape rule, eager implementation, lowering to the op's FFI handler with
+its attributes, call site and the effect's token), a start primitive per
+non-blocking op, and the autodiff and batching rules they share.
+
+Autodiff convention (docs/autodiff.md): every op's transpose is its exact
+adjoint, except allreduce, whose result is replicated: by default its
+cotangent is taken as counted once (transpose = identity, as in mpi4jax and
+JPI); ``adjoint="sum"`` gives the exact adjoint (allreduce of cotangents).
+Transposed point-to-point messages travel in their own tag space.
+
+A start's JVP sends the tangents as a second request started and waited
+next to the primal one; its transpose is a backward request started where
+the forward wait was and waited where the forward start was, so the
+backward program overlaps in the same places; its batching is one request
+for the whole batch, the batch axis where its blocking op's rule puts it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from mpi4py import MPI
+
+from . import _core, _validate
+from . import _jax_compat as jc
+from ._effect import join_token_lowering, lower_with_token, mpi_effect
+from ._region import apply_primitive as region_apply
+from ._registry import (START, _BACKWARD, _BATCH_AXES, _HANDLE_ATTRS,
+                        _INT_ATTRS, _ARRAY_ATTRS, _JVP_CHECKS, _SPECS,
+                        PRIMITIVES)
+from ._requests import (HANDLE, _Spec, _describe, _dropped, wait_p)
+
+# XLA:CPU and XLA:GPU (CUDA) lower every op to the same custom call name; the
+# C core registers a handler for each platform (csrc/cuda_staging.c moves GPU
+# data).
+LOWERING_PLATFORMS = ("cpu", "cuda")
+
+
+def _as_int64(value: int) -> np.int64:
+    value &= 0xFFFFFFFFFFFFFFFF
+    return np.int64(value - (1 << 64) if value >= (1 << 63) else value)
+
+
+def _attributes(params) -> dict:
+    attrs = {}
+    for k, v in params.items():
+        if k in _HANDLE_ATTRS:
+            attrs[k] = _as_int64(int(getattr(v, "handle", v)))
+        elif k in _INT_ATTRS:
+            attrs[k] = np.int64(v)
+        elif k in _ARRAY_ATTRS:
+            attrs[k] = np.asarray(v, np.int64)
+    return attrs
+
+
+def _define(name: str, shape_rule, aliases=None):
+    """A primitive for op `name` whose results have the avals shape_rule gives
+    (`aliases`: {operand: result} sharing a buffer, as XLA's
+    operand_output_aliases, or a function of the op's parameters giving
+    that, for ops whose shapes differ between ranks)."""
+    prim = jc.Primitive(f"jaxmpi_{name}")
+    prim.multiple_results = True
+    prim.def_impl(partial(region_apply, prim))
+    prim.def_effectful_abstract_eval(
+        lambda *avals, **params: (shape_rule(*avals, **params), {mpi_effect})
+    )
+    def rule_for(aliases):
+        return jax.ffi.ffi_lowering(f"jaxmpi_{name}", has_side_effect=True,
+                                    **({"operand_output_aliases": aliases}
+                                       if aliases else {}))
+
+    rule = None if callable(aliases) else rule_for(aliases)
+
+    def lowering(ctx, *operands, **params):
+        lower = rule or rule_for(aliases(**params))
+        attrs = _attributes(params)
+        site = _site(ctx)
+        if site:
+            attrs["site"] = np.int64(site)
+        return lower_with_token(ctx, lower, *operands, **attrs)
+
+    for platform in LOWERING_PLATFORMS:
+        jc.mlir.register_lowering(prim, lowering, platform=platform,
+                               **_UNCACHED)
+    PRIMITIVES[name] = prim
+    return prim
+
+
+# JAX >= 0.7 lowers equal equations (same params and shapes) once per module
+# and calls the one body from each; ours are lowered each in place, so that
+# each call carries its own source line (`site`).
+_UNCACHED = ({"cacheable": False} if "cacheable" in
+             inspect.signature(jc.mlir.register_lowering).parameters else {})
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _site(ctx) -> int:
+    """An id of the Python line that made this call (the innermost frame
+    of the user's code, outside JAX and jaxmpi), registered with the C core
+    for its messages; 0 when JAX kept no source information. Done once per
+    lowering, so the per-call path carries one int64 attribute and no
+    strings. Eager calls reuse the executable compiled for the first call
+    of the same op and shapes, so they name that call's line."""
+    try:
+        for frame in jc.lowering_user_frames(ctx):
+            if frame.file_name.startswith(_PACKAGE_DIR):
+                continue
+            name = frame.file_name
+            try:
+                rel = os.path.relpath(name)
+                if not rel.startswith(".."):
+                    name = rel
+            except ValueError:
+                pass
+            text = f"{name}:{frame.start_line} ({frame.function_name})"
+            return _core.get().register_site(text)
+    except Exception:  # source information is a convenience, never an error
+        return 0
+    return 0
+
+
+def _aval(shape, dtype):
+    return jc.ShapedArray(tuple(shape), np.dtype(dtype))
+
+
+# ---- shared autodiff and batching helpers ----------------------------------
+
+
+def _zeros(x):
+    """Zeros shaped like x (a value, an aval or an undefined primal)."""
+    aval = x.aval if hasattr(x, "aval") else x
+    return jnp.zeros(aval.shape, aval.dtype)
+
+
+def _zeros_from(ct, like):
+    """Zeros shaped like `like`, computed linearly from ct (from none of its
+    values), so that transposing the transpose keeps the same communication
+    on every rank."""
+    aval = like.aval if hasattr(like, "aval") else like
+    if type(ct) is jc.ad.Zero:
+        return _zeros(aval)
+    none = jnp.sum(jnp.ravel(ct)[:0])
+    return jnp.broadcast_to(none.astype(aval.dtype), aval.shape)
+
+
+def _ct(ct, like):
+    """A cotangent as an array: every rank must take part in the transposed
+    communication, also where its cotangent is a symbolic zero."""
+    if type(ct) is jc.ad.Zero:
+        return _zeros(like)
+    return ct
+
+
+def _linear(prim, transpose, check=None):
+    """prim is linear in its operands: its JVP applies prim to the tangents
+    (the same communication, so forward mode works everywhere)."""
+
+    def jvp(primals, tangents, **params):
+        if check is not None:
+            check(**params)
+        out = prim.bind(*primals, **params)
+        if all(type(t) is jc.ad.Zero for t in tangents):
+            return out, [jc.ad.Zero.from_primal_value(o) for o in out]
+        tangents = [jc.ad.instantiate_zeros(t) for t in tangents]
+        return out, prim.bind(*tangents, **params)
+
+    jc.ad.primitive_jvps[prim] = jvp
+    jc.ad.primitive_transposes[prim] = transpose
+
+
+def _front(x, d):
+    """Move batch axis d of x to the front (d None: not batched)."""
+    return x if d == 0 or d is None else jnp.moveaxis(x, d, 0)
+
+
+def _elementwise_batcher(prim):
+    """For ops that act on each element independently: one call for the
+    whole batch, the batch axis stays where it is."""
+
+    def rule(args, dims, **params):
+        return prim.bind(*args, **params), [dims[0]] * len(prim.abstract_eval(
+            *[jc.ShapedArray(a.shape, a.dtype) for a in args], **params)[0])
+
+    jc.batching.primitive_batchers[prim] = rule
+
+def _sum_op(dtype):
+    return _validate.reduction_op(MPI.SUM, dtype, "allreduce", _core.get().half_ops)
+
+def _sum_only(fn, op):
+    if op.name != "SUM":
+        raise NotImplementedError(
+            f"jaxmpi.{fn}: derivatives are defined for MPI.SUM only, not {op} "
+            "(allreduce also supports MPI.PROD, MPI.MAX and MPI.MIN)"
+        )
+
+
+def _sum_only_jvp(prim, fn):
+    def jvp(primals, tangents, **params):
+        _sum_only(fn, params["op"])
+        out = prim.bind(*primals, **params)
+        if type(tangents[0]) is jc.ad.Zero:
+            return out, [jc.ad.Zero.from_primal_value(o) for o in out]
+        return out, prim.bind(jc.ad.instantiate_zeros(tangents[0]), **params)
+
+    jc.ad.primitive_jvps[prim] = jvp
+
+def _rooted_batcher(prim):
+    """Rooted ops: the batch axis goes first, one call for the whole batch."""
+
+    def rule(args, dims, **params):
+        (x,), (d,) = args, dims
+        return prim.bind(_front(x, d), **params), [0]
+
+    jc.batching.primitive_batchers[prim] = rule
+
+# ---- join_token: order later calls after a user-supplied token ------------
+join_token_p = jc.Primitive("jaxmpi_join_token")
+join_token_p.multiple_results = True
+join_token_p.def_impl(partial(jc.apply_primitive, join_token_p))
+join_token_p.def_effectful_abstract_eval(lambda token: ([], {mpi_effect}))
+for _platform in LOWERING_PLATFORMS:
+    jc.mlir.register_lowering(join_token_p, join_token_lowering, platform=_platform)
+
+
+# ---- non-blocking starts ----------------------------------------------------
+
+
+def _define_start(name, bufs_rule, aliases, target=None):
+    """Start primitive jaxmpi_<name>: results [handle, *bufs_rule(...)]
+    (`aliases`: operand -> buffer index, each buffer sharing its operand's
+    memory; `target`: a function of the parameters giving the C start to
+    call where that is not `name`, one of EXTRA_TARGETS)."""
+    prim = jc.Primitive(f"jaxmpi_{name}")
+    prim.multiple_results = True
+
+    def impl(*args, rid, **params):
+        # Eagerly a request is tracked by its Request object, not by rid
+        # (which would defeat the compilation cache).
+        return jc.apply_primitive(prim, *args, rid=0, **params)
+
+    prim.def_impl(impl)
+    prim.def_effectful_abstract_eval(
+        lambda *avals, rid, **params: ([HANDLE, *bufs_rule(*avals, **params)],
+                                       {mpi_effect}))
+    def rule_for(aliases, c_name=name):
+        return jax.ffi.ffi_lowering(
+            f"jaxmpi_{c_name}", has_side_effect=True,
+            operand_output_aliases={i: 1 + o for i, o in aliases.items()})
+
+    fixed = None if callable(aliases) or target else rule_for(aliases)
+
+    def lowering(ctx, *operands, rid, **params):
+        rule = fixed or rule_for(
+            aliases(len(operands), **params) if callable(aliases) else aliases,
+            target(**params) if target else name)
+        if rid in _dropped:
+            state = _dropped.pop(rid)
+            raise RuntimeError(
+                f"jaxmpi.{state.op}: {_describe(state)} was never waited in "
+                "the function that started it: pass it to jaxmpi.wait (or "
+                "waitall) there.")
+        # A parameter that is None (counts of equal blocks) is no attribute.
+        return lower_with_token(ctx, rule, *operands, **_attributes(
+            {k: p for k, p in params.items() if p is not None}))
+
+    jc.mlir.register_lowering(prim, lowering, platform="cpu")
+
+    def gpu(ctx, *operands, **params):
+        raise NotImplementedError(
+            f"jaxmpi.{name}: non-blocking operations run on CPU only so far "
+            "(use the blocking operation on GPU)")
+
+    jc.mlir.register_lowering(prim, gpu, platform="cuda")
+    START[name] = prim
+    _start_jvp(prim, name)
+    _start_transpose(name)
+    _start_batcher(prim, name)
+    return prim
+
+# ---- autodiff and batching, shared by every op -----------------------------
+
+
+def _start_jvp(prim, name):
+    def jvp(primals, tangents, *, rid, **params):
+        check = _JVP_CHECKS.get(name)
+        if check:
+            check(**params)
+        out = prim.bind(*primals, rid=rid, **params)
+        if all(type(t) is jc.ad.Zero for t in tangents):
+            return out, [jc.ad.Zero.from_primal_value(o) for o in out]
+        # The tangents travel as a second request of the same op, started
+        # right after the primal one (same tags: MPI matches in order).
+        tangents = [jc.ad.instantiate_zeros(t) for t in tangents]
+        return out, prim.bind(*tangents, rid=0, **params)
+
+    jc.ad.primitive_jvps[prim] = jvp
+
+
+def _wait_jvp(primals, tangents, *, spec):
+    out = wait_p.bind(*primals, spec=spec)
+    th, *tbufs = tangents
+    if type(th) is jc.ad.Zero:
+        return out, [jc.ad.Zero.from_primal_value(o) for o in out]
+    tbufs = [jc.ad.instantiate_zeros(t) for t in tbufs]
+    return out, wait_p.bind(th, *tbufs, spec=spec)
+
+
+jc.ad.primitive_jvps[wait_p] = _wait_jvp
+
+
+def _avals(xs):
+    return [x.aval if hasattr(x, "aval") else x for x in xs]
+
+
+def _wait_transpose(cts, th, *tbufs, spec):
+    """Start the backward request of the forward tangent request; its handle
+    and buffers travel back to the forward start's transpose as the
+    cotangents of the tangent handle and buffers."""
+    bufs = _avals(tbufs)
+    cts = [_ct(ct, bufs[i]) for ct, i in zip(cts, spec.results)]
+    bh, bbufs = _BACKWARD[spec.op].start(cts, bufs, spec)
+    return [bh, *bbufs]
+
+
+def _start_transpose(name):
+    def transpose(cts, *operands, rid, **params):
+        spec = _SPECS[name](operands, params)
+        bh, *bbufs = cts
+        bufs = _avals(_start_bufs(name, operands, params))
+        bbufs = [_ct(b, a) for b, a in zip(bbufs, bufs)]
+        if type(bh) is jc.ad.Zero:
+            bh = jnp.zeros((), np.float32)
+        return _BACKWARD[name].finish(bh, bbufs, operands, spec)
+
+    jc.ad.primitive_transposes[START[name]] = transpose
+
+
+jc.ad.primitive_transposes[wait_p] = _wait_transpose
+
+
+def _start_batcher(prim, name):
+    def rule(args, dims, *, rid, **params):
+        n = next(a.shape[d] for a, d in zip(args, dims) if d is not None)
+        axis, buf_axes = _BATCH_AXES.get(name, _BATCH_IN_FRONT)(**params)
+        args = [jnp.moveaxis(a, d, axis) if d is not None
+                else jnp.expand_dims(a, axis).repeat(n, axis)
+                for a, d in zip(args, dims)]
+        if "recv_avals" in params:
+            params["recv_avals"] = tuple(((n, *shape), dtype) for shape, dtype
+                                         in params["recv_avals"])
+        out = prim.bind(*args, rid=rid, **params)
+        return out, [None, *(buf_axes or [0] * (len(out) - 1))]
+
+    jc.batching.primitive_batchers[prim] = rule
+
+
+def _wait_batcher(args, dims, *, spec):
+    h, *bufs = args
+    if dims[0] is not None:
+        raise ValueError("jaxmpi.wait: a batch of requests cannot be waited "
+                         "as one; start one request for the batch")
+    # The buffers stay where the start put them (each batch axis where its
+    # op needs it): moving one would hand the wait a copy, not the buffer
+    # MPI writes.
+    n = next((b.shape[d] for b, d in zip(bufs, dims[1:]) if d is not None),
+             None)
+    bufs = [b if d is not None else jnp.broadcast_to(b, (n, *b.shape))
+            for b, d in zip(bufs, dims[1:])]
+    out = wait_p.bind(h, *bufs, spec=spec)
+    return out, [dims[1 + i] if dims[1 + i] is not None else 0
+                 for i in spec.results]
+
+
+jc.batching.primitive_batchers[wait_p] = _wait_batcher
+
+def _start_bufs(name, operands, params):
+    return START[name].abstract_eval(*_avals(operands), rid=0, **params)[0][1:]
+
+
+def _spec(name, results):
+    """results: indices of the buffers that are results, or a function of
+    the number of operands and the parameters giving them."""
+    def make(operands, params):
+        res = results(len(operands), **params) if callable(results) else results
+        return _Spec(name, tuple(sorted(params.items())), tuple(res))
+
+    _SPECS[name] = make
+
+
+class _Backward:
+    def __init__(self, start, finish):
+        self.start = start
+        self.finish = finish
+
+def _blocking_backward(blocking_p, nx=1):
+    def start(cts, bufs, spec):
+        params = dict(spec.params)
+        xs = [jc.ad.UndefinedPrimal(b) for b in bufs[:nx]]
+        cx = jc.ad.primitive_transposes[blocking_p](list(cts), *xs, **params)
+        cx = [_ct(c, b) for c, b in zip(cx, bufs[:nx])]
+        return (jnp.zeros((), np.float32),
+                [*cx, *[_zeros(b) for b in bufs[nx:]]])
+
+    return _Backward(start, lambda bh, bbufs, operands, spec: bbufs[:nx])
+
+
+def _rooted(root_shape):
+    """Rooted ops whose root has its own buffer beside x's: buffers [x, y]
+    on the root (y: root_shape(x, comm, **the other parameters)), [x] (also
+    the result) elsewhere."""
+    def bufs(x, *, comm, root, **params):
+        return ([x, root_shape(x, comm, **params)] if comm.rank == root
+                else [x])
+
+    def aliases(nops, *, comm, root, **params):
+        return {0: 0}
+
+    def results(nops, *, comm, root, **params):
+        return (1,) if comm.rank == root else (0,)
+
+    return bufs, aliases, results
+
+
+def _sum_check(fn):
+    def check(*, op, **_):
+        _sum_only(fn, op)
+
+    return check
+
+# vmap, one request for the whole batch: (the operands' batch axis, each
+# buffer's). In front of everything suits the elementwise and point-to-point
+# ops; where an op splits its first axis over ranks the batch goes second
+# (an operand of alltoall, the root's of scatter), and where it stacks the
+# ranks in front of x the result has the batch second, as the blocking ops'
+# batching rules do.
+def _BATCH_IN_FRONT(**params):
+    return 0, None
+
+
+def _rooted_axes(root_axes, other_axes, axis_at_root=0):
+    def axes(*, comm, root, **_):
+        if comm.rank == root:
+            return axis_at_root, root_axes
+        return 0, other_axes
+
+    return axes

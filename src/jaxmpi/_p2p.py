@@ -1,0 +1,621 @@
+"""Point-to-point operations, each blocking operation beside its
+non-blocking form: send, recv, sendrecv, neighbor_exchange."""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from . import _pytree
+from . import _validate as v
+from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
+from ._requests import Request, _start
+from ._steps import _begin, _join
+from ._validate import ANY_SOURCE, ANY_TAG
+from ._prims_p2p import neighbor_exchange_p, recv_p, send_p, sendrecv_p
+
+
+@_pytree.tree_op(result=False)
+def send(x, dest, *, tag=0, comm=None, token=None):
+    """Send ``x`` to rank ``dest``.
+
+    MPI_Send (standard mode: it may wait until ``dest`` receives the
+    message, as large messages do).
+
+    Args:
+        x: the array to send.
+        dest: the receiving rank (a static int), or ``MPI.PROC_NULL`` (no
+            message is sent).
+        tag: the message tag, 0 to half of ``MPI.TAG_UB`` (the higher tags
+            carry jaxmpi's gradient messages).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        None.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+
+    Example:
+        ``mpirun -n 2``::
+
+            if rank == 0:
+                mpx.send(jnp.arange(3.0), 1, tag=7)   # returns None
+                token = jaxmpi.send(jnp.arange(3.0), 1, tag=7)  # token API
+            else:
+                y = mpx.recv(jnp.zeros(3), 0, tag=7)
+                y, token = jaxmpi.recv(jnp.zeros(3), 0, tag=7)
+    """
+    info, tok = _begin("send", comm, token)
+    x = v.array(x, "send")
+    dest = v.rank_arg(dest, "send", "dest", info, allow=(MPI.PROC_NULL,))
+    tag = v.tag_arg(tag, "send", "tag", info)
+    _join(tok)
+    send_p.bind(x, comm=info, dest=dest, tag=tag)
+
+
+def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
+    """Start sending ``x`` to rank ``dest``.
+
+    MPI_Isend. The non-blocking form of ``send``: the call returns at once;
+    ``wait`` on the request completes the send.
+
+    Args:
+        x: the array to send. The request sends from its own buffer (XLA
+            copies ``x`` first where ``x`` is still used after the start;
+            donate it to avoid the copy), so ``x`` may be changed or
+            donated while the message travels.
+        dest: the receiving rank (a static int), or ``MPI.PROC_NULL`` (no
+            message is sent).
+        tag: the message tag, 0 to half of ``MPI.TAG_UB`` (the higher tags
+            carry jaxmpi's gradient messages).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Isend in flight and its send buffer;
+        ``wait`` on it completes the send and has no result.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank or tag is not a static int, ``comm`` is
+            not an intracommunicator, or ``token`` is not a token.
+        ValueError: a rank or tag is out of range, or an array lives on more
+            than one device (jaxmpi needs one JAX device per process).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
+            are raised by ``wait``.
+
+    Example:
+        ``mpirun -n 2``, inside ``jax.jit``::
+
+            if rank == 0:
+                req = mpx.isend(jnp.arange(3.0), 1, tag=7)
+                z = heavy_compute(w)     # runs while the message travels
+                mpx.wait(req)            # returns None
+                req, token = jaxmpi.isend(jnp.arange(3.0), 1, tag=7)  # token
+                token = jaxmpi.wait(req, token=token)   # API: a token alone
+            else:
+                y = mpx.wait(mpx.irecv(jnp.zeros(3), 0, tag=7))
+                y = mpx.recv(jnp.zeros(3), 0, tag=7)
+    """
+    info, tok = _begin("isend", comm, token)
+    x = v.array(x, "isend")
+    dest = v.rank_arg(dest, "isend", "dest", info, allow=(MPI.PROC_NULL,))
+    tag = v.tag_arg(tag, "isend", "tag", info)
+    _join(tok)
+    return _start("isend", (x,), dict(comm=info, dest=dest, tag=tag))
+
+
+@_pytree.tree_op()
+def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
+         token=None):
+    """Receive an array of ``x``'s shape and dtype from rank ``source``.
+
+    MPI_Recv. A message of another size is an error, not a truncation.
+
+    Args:
+        x: a template: the result's shape and dtype (its data is not used).
+        source: the sending rank (a static int), ``MPI.ANY_SOURCE``
+            (default), or ``MPI.PROC_NULL`` (no message; the result is
+            zeros).
+        tag: the tag to match, or ``MPI.ANY_TAG`` (default).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        status: an ``MPI.Status`` filled in when the receive completes
+            (source, tag, count), or None.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        The received array, of ``x``'s shape and dtype.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+        NotImplementedError: differentiating a receive from
+            ``MPI.ANY_SOURCE``, or in reverse mode from ``MPI.ANY_TAG``
+            (see docs/autodiff.md).
+
+    Example:
+        ``mpirun -n 2``::
+
+            if rank == 1:
+                y = mpx.recv(jnp.zeros(3), 0)          # from rank 0, any tag
+                y, token = jaxmpi.recv(jnp.zeros(3), source=0, tag=7)
+            else:
+                mpx.send(jnp.arange(3.0), 1)
+                jaxmpi.send(jnp.arange(3.0), 1, tag=7)
+    """
+    info, tok = _begin("recv", comm, token)
+    x = v.array(x, "recv")
+    source = v.rank_arg(source, "recv", "source", info,
+                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
+    tag = v.tag_arg(tag, "recv", "tag", info, allow_any=True)
+    addr = v.status_arg(status, "recv")
+    _join(tok)
+    return recv_p.bind(x, comm=info, source=source, tag=tag,
+                            status=addr)[0]
+
+
+def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
+          status=None, token=None) -> Request:
+    """Start receiving an array of ``x``'s shape and dtype from rank
+    ``source``.
+
+    MPI_Irecv. The non-blocking form of ``recv``: ``wait`` on the request
+    returns the message. A message of another size is an error at the
+    wait, not a truncation.
+
+    Args:
+        x: a template: the result's shape and dtype (its data is not used).
+        source: the sending rank (a static int), ``MPI.ANY_SOURCE``
+            (default), or ``MPI.PROC_NULL`` (no message; the result is
+            zeros).
+        tag: the tag to match, or ``MPI.ANY_TAG`` (default).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        status: an ``MPI.Status`` filled in when the wait completes
+            (source, tag, count), or None.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the MPI_Irecv in flight and its receive
+        buffer; ``wait`` on it returns the received array, of ``x``'s shape
+        and dtype.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank or tag is not a static int, ``comm`` is
+            not an intracommunicator, ``status`` is not an ``MPI.Status``,
+            or ``token`` is not a token.
+        ValueError: a rank or tag is out of range, or an array lives on more
+            than one device (jaxmpi needs one JAX device per process).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating a receive from
+            ``MPI.ANY_SOURCE`` or with ``MPI.ANY_TAG`` (see
+            docs/autodiff.md).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
+            are raised by ``wait``.
+
+    Example:
+        ``mpirun -n 2``, inside ``jax.jit``::
+
+            if rank == 1:
+                req = mpx.irecv(jnp.zeros(3), 0, tag=7)
+                z = heavy_compute(w)     # runs while the message travels
+                y = mpx.wait(req)        # rank 0's array
+                req, token = jaxmpi.irecv(jnp.zeros(3), 0, tag=7)  # token API
+                y, token = jaxmpi.wait(req, token=token)
+            else:
+                mpx.wait(mpx.isend(jnp.arange(3.0), 1, tag=7))
+                mpx.send(jnp.arange(3.0), 1, tag=7)
+    """
+    info, tok = _begin("irecv", comm, token)
+    x = v.array(x, "irecv")
+    source = v.rank_arg(source, "irecv", "source", info,
+                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
+    tag = v.tag_arg(tag, "irecv", "tag", info, allow_any=True)
+    addr = v.status_arg(status, "irecv")
+    _join(tok)
+    return _start("irecv", (x,), dict(comm=info, source=source, tag=tag,
+                                      status=addr))
+
+
+@_pytree.tree_op(trees=("sendbuf", "recvbuf"))
+def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
+             comm=None, status=None, token=None):
+    """Send ``sendbuf`` to ``dest`` and receive an array of ``recvbuf``'s
+    shape and dtype from ``source``, in one deadlock-free call.
+
+    MPI_Sendrecv.
+
+    Args:
+        sendbuf: the array to send.
+        recvbuf: a template: the result's shape and dtype (its data is not
+            used).
+        source: the rank to receive from (a static int), ``MPI.ANY_SOURCE``
+            or ``MPI.PROC_NULL`` (the result is zeros).
+        dest: the rank to send to (a static int) or ``MPI.PROC_NULL``.
+        sendtag: the tag of the message sent.
+        recvtag: the tag to match, or ``MPI.ANY_TAG`` (default).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        status: an ``MPI.Status`` filled in when the receive completes, or
+            None.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        The received array, of ``recvbuf``'s shape and dtype.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+        NotImplementedError: differentiating a receive from
+            ``MPI.ANY_SOURCE`` (see docs/autodiff.md).
+
+    Example:
+        Shift right around a ring::
+
+            right, left = (rank + 1) % size, (rank - 1) % size
+            y = mpx.sendrecv(x, x, source=left, dest=right)  # left's x
+            y, token = jaxmpi.sendrecv(x, x, left, right)    # token API
+    """
+    fn = "sendrecv"
+    info, tok = _begin(fn, comm, token)
+    sendbuf = v.array(sendbuf, fn, "sendbuf")
+    recvbuf = v.array(recvbuf, fn, "recvbuf")
+    source = v.rank_arg(source, fn, "source", info,
+                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
+    dest = v.rank_arg(dest, fn, "dest", info, allow=(MPI.PROC_NULL,))
+    sendtag = v.tag_arg(sendtag, fn, "sendtag", info)
+    recvtag = v.tag_arg(recvtag, fn, "recvtag", info, allow_any=True)
+    addr = v.status_arg(status, fn)
+    _join(tok)
+    return sendrecv_p.bind(
+        sendbuf, recvbuf, comm=info, source=source, dest=dest, sendtag=sendtag,
+        recvtag=recvtag, status=addr,
+    )[0]
+
+
+def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
+              recvtag=ANY_TAG, comm=None, status=None,
+              token=None) -> Request:
+    """Start sending ``sendbuf`` to ``dest`` and receiving an array of
+    ``recvbuf``'s shape and dtype from ``source``.
+
+    MPI_Irecv and MPI_Isend, completed together by ``wait``. The
+    non-blocking form of ``sendrecv`` (deadlock-free in the same way: the
+    receive is posted first).
+
+    Args:
+        sendbuf: the array to send. The request sends from its own buffer
+            (XLA copies it first where it is still used after the start).
+        recvbuf: a template: the result's shape and dtype (its data is not
+            used).
+        source: the rank to receive from (a static int), ``MPI.ANY_SOURCE``
+            or ``MPI.PROC_NULL`` (the result is zeros).
+        dest: the rank to send to (a static int) or ``MPI.PROC_NULL``.
+        sendtag: the tag of the message sent.
+        recvtag: the tag to match, or ``MPI.ANY_TAG`` (default).
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        status: an ``MPI.Status`` filled in when the wait completes, or
+            None.
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding the receive and the send in flight and their
+        buffers; ``wait`` on it returns the received array, of
+        ``recvbuf``'s shape and dtype.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank or tag is not a static int, ``comm`` is
+            not an intracommunicator, ``status`` is not an ``MPI.Status``,
+            or ``token`` is not a token.
+        ValueError: a rank or tag is out of range, or an array lives on more
+            than one device (jaxmpi needs one JAX device per process).
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        NotImplementedError: differentiating a receive from
+            ``MPI.ANY_SOURCE`` (see docs/autodiff.md).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
+            are raised by ``wait``.
+
+    Example:
+        Shift right around a ring while the interior is updated::
+
+            right, left = (rank + 1) % size, (rank - 1) % size
+            req = mpx.isendrecv(edge, jnp.zeros_like(edge), source=left,
+                                dest=right)
+            interior = update(interior)          # while the halo travels
+            halo = mpx.wait(req)                 # left's edge
+            req, token = jaxmpi.isendrecv(edge, edge, left, right)  # token API
+            halo, token = jaxmpi.wait(req, token=token)
+    """
+    fn = "isendrecv"
+    info, tok = _begin(fn, comm, token)
+    sendbuf = v.array(sendbuf, fn, "sendbuf")
+    recvbuf = v.array(recvbuf, fn, "recvbuf")
+    source = v.rank_arg(source, fn, "source", info,
+                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
+    dest = v.rank_arg(dest, fn, "dest", info, allow=(MPI.PROC_NULL,))
+    sendtag = v.tag_arg(sendtag, fn, "sendtag", info)
+    recvtag = v.tag_arg(recvtag, fn, "recvtag", info, allow_any=True)
+    addr = v.status_arg(status, fn)
+    _join(tok)
+    return _start(fn, (sendbuf, recvbuf), dict(
+        comm=info, source=source, dest=dest, sendtag=sendtag, recvtag=recvtag,
+        status=addr))
+
+
+def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
+                      token=None):
+    """Many sendrecvs at once: pair ``i`` sends ``sendbufs[i]`` to
+    ``dests[i]`` and receives an array of ``recvbufs[i]``'s shape and dtype
+    from ``sources[i]``, both with tag ``tag + i``.
+
+    All receives and sends are posted together (MPI_Irecv, MPI_Isend, one
+    MPI_Waitall), so a halo exchange in every direction is one call with no
+    ordering to get right. A rank's pair ``i`` matches pair ``i`` of its
+    peers: in a shift pattern every rank sends in direction ``i`` and
+    receives from the opposite one.
+
+    Args:
+        sendbufs: a list or tuple of arrays to send (at most 32).
+        recvbufs: a list or tuple of templates, one per pair (their data is
+            not used).
+        sources: the rank each pair receives from (static ints), or
+            ``MPI.PROC_NULL`` (that result is zeros).
+        dests: the rank each pair sends to (static ints), or
+            ``MPI.PROC_NULL``.
+        tag: pair ``i`` uses tag ``tag + i``.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A tuple of the received arrays, one per pair.
+
+    Raises:
+        TypeError: an array argument is not one array of a supported dtype
+            (a list, tuple, dict, a ``(result, token)`` pair or a token is
+            named as such), a rank, root or tag is not a static int, ``op``
+            is not defined for the dtype, ``comm`` is not an
+            intracommunicator, or ``token`` is not a token.
+        ValueError: a rank, root or tag is out of range, or an array lives
+            on more than one device (jaxmpi needs one JAX device per
+            process).
+        jax.errors.JaxRuntimeError: when the call runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message); with
+            ``JAXMPI_CHECK``, ranks that disagree on the call
+            (``FAILED_PRECONDITION``); with a watchdog timeout
+            (``jaxmpi.set_timeout``), a call that did not complete
+            (``DEADLINE_EXCEEDED``).
+        ValueError: the four sequences differ in length, or hold more than
+            32 pairs.
+
+    Example:
+        A 1-D halo exchange in both directions::
+
+            left, right = (rank - 1) % size, (rank + 1) % size
+            from_left, from_right = mpx.neighbor_exchange(
+                [u[-1:], u[:1]], [u[:1], u[-1:]],
+                sources=[left, right], dests=[right, left])
+            (from_left, from_right), token = jaxmpi.neighbor_exchange(
+                [u[-1:], u[:1]], [u[:1], u[-1:]], [left, right], [right, left])
+    """
+    fn = "neighbor_exchange"
+    info, tok = _begin(fn, comm, token)
+    seqs = {}
+    for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
+                        ("sources", sources), ("dests", dests)):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{fn}: {name} must be a list or tuple, got "
+                            f"{type(value).__name__}: {value!r}")
+        seqs[name] = tuple(value)
+    n = len(seqs["sendbufs"])
+    lengths = {name: len(s) for name, s in seqs.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"{fn}: sendbufs, recvbufs, sources and dests must "
+                         f"have the same length, got {lengths}")
+    if n > PAIRS_PER_CALL:
+        raise ValueError(f"{fn}: at most {PAIRS_PER_CALL} pairs in one "
+                         f"call, got {n}")
+    xs = [v.array(x, fn, f"sendbufs[{i}]")
+          for i, x in enumerate(seqs["sendbufs"])]
+    ts = [v.array(t, fn, f"recvbufs[{i}]")
+          for i, t in enumerate(seqs["recvbufs"])]
+    srcs = tuple(v.rank_arg(s, fn, f"sources[{i}]", info,
+                            allow=(MPI.PROC_NULL,))
+                 for i, s in enumerate(seqs["sources"]))
+    dsts = tuple(v.rank_arg(d, fn, f"dests[{i}]", info, allow=(MPI.PROC_NULL,))
+                 for i, d in enumerate(seqs["dests"]))
+    tag = v.tag_arg(tag, fn, "tag", info)
+    if n:
+        v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
+    _join(tok)
+    if n == 0:
+        return ()
+    return tuple(neighbor_exchange_p.bind(
+        *xs, comm=info, sources=srcs, dests=dsts, tag=tag,
+        recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts)))
+
+
+def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
+                       comm=None, token=None) -> Request:
+    """Start many sendrecvs at once: pair ``i`` sends ``sendbufs[i]`` to
+    ``dests[i]`` and receives an array of ``recvbufs[i]``'s shape and
+    dtype from ``sources[i]``, both with tag ``tag + i``.
+
+    MPI_Irecv and MPI_Isend for every pair, completed together by
+    ``wait``. The non-blocking form of ``neighbor_exchange``: a rank's pair
+    ``i`` matches pair ``i`` of its peers.
+
+    Args:
+        sendbufs: a list or tuple of arrays to send (1 to 15 pairs). The
+            request sends from its own buffers (XLA copies an array first
+            where it is still used after the start).
+        recvbufs: a list or tuple of templates, one per pair (their data is
+            not used).
+        sources: the rank each pair receives from (static ints), or
+            ``MPI.PROC_NULL`` (that result is zeros).
+        dests: the rank each pair sends to (static ints), or
+            ``MPI.PROC_NULL``.
+        tag: pair ``i`` uses tag ``tag + i``.
+        comm: an mpi4py intracommunicator; None (default) is a clone of
+            ``MPI.COMM_WORLD`` made when jaxmpi is imported
+            (``jaxmpi.get_default_comm()``).
+        token: optional: a token from an earlier jaxmpi call (or
+            ``jax.lax.create_token()``) to order this call after. Calls
+            are ordered without tokens; one given is joined to that order.
+
+    Returns:
+        A ``Request`` holding every pair's receive and send in flight and
+        their buffers; ``wait`` on it returns a tuple of the received
+        arrays, one per pair.
+
+    Raises:
+        TypeError: ``sendbufs``, ``recvbufs``, ``sources`` or ``dests`` is
+            not a list or tuple, an array argument is not one array of a
+            supported dtype (a list, tuple, dict, a ``(result, token)`` pair
+            or a token is named as such), a rank or tag is not a static int,
+            ``comm`` is not an intracommunicator, or ``token`` is not a
+            token.
+        ValueError: a rank or tag is out of range, or an array lives on more
+            than one device (jaxmpi needs one JAX device per process).
+        ValueError: the four sequences differ in length, or hold no pair
+            or more than 15 pairs.
+        NotImplementedError: the call is compiled for a GPU (non-blocking
+            operations run on CPU only so far: use the blocking
+            operation).
+        jax.errors.JaxRuntimeError: when the start runs: an MPI error
+            (naming the op, the rank, the peer and MPI's message), or 4096
+            requests of this process already in flight
+            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
+            are raised by ``wait``.
+
+    Example:
+        A 1-D halo exchange in both directions, overlapping the interior
+        update::
+
+            left, right = (rank - 1) % size, (rank + 1) % size
+            req = mpx.ineighbor_exchange(
+                [u[-1:], u[:1]], [u[:1], u[-1:]],
+                sources=[left, right], dests=[right, left])
+            interior = update(u)                 # while the halos travel
+            from_left, from_right = mpx.wait(req)
+            req, token = jaxmpi.ineighbor_exchange(      # token API
+                [u[-1:], u[:1]], [u[:1], u[-1:]], [left, right], [right, left])
+            (from_left, from_right), token = jaxmpi.wait(req, token=token)
+    """
+    fn = "ineighbor_exchange"
+    info, tok = _begin(fn, comm, token)
+    seqs = {}
+    for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
+                        ("sources", sources), ("dests", dests)):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{fn}: {name} must be a list or tuple, got "
+                            f"{type(value).__name__}: {value!r}")
+        seqs[name] = tuple(value)
+    n = len(seqs["sendbufs"])
+    lengths = {name: len(q) for name, q in seqs.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"{fn}: sendbufs, recvbufs, sources and dests must "
+                         f"have the same length, got {lengths}")
+    if not 1 <= n <= PAIRS_PER_REQUEST:
+        raise ValueError(f"{fn}: 1 to {PAIRS_PER_REQUEST} pairs in one "
+                         f"call, got {n}")
+    xs = [v.array(x, fn, f"sendbufs[{i}]")
+          for i, x in enumerate(seqs["sendbufs"])]
+    ts = [v.array(t, fn, f"recvbufs[{i}]")
+          for i, t in enumerate(seqs["recvbufs"])]
+    srcs = tuple(v.rank_arg(q, fn, f"sources[{i}]", info,
+                            allow=(MPI.PROC_NULL,))
+                 for i, q in enumerate(seqs["sources"]))
+    dsts = tuple(v.rank_arg(d, fn, f"dests[{i}]", info, allow=(MPI.PROC_NULL,))
+                 for i, d in enumerate(seqs["dests"]))
+    tag = v.tag_arg(tag, fn, "tag", info)
+    v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
+    _join(tok)
+    return _start(fn, tuple(xs), dict(
+        comm=info, sources=srcs, dests=dsts, tag=tag,
+        recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts)))

@@ -1,0 +1,317 @@
+"""The variable-count collectives and reduce_scatter as primitives
+(csrc/collectives.c): per op its shape rule, JVP, transpose and batching
+rule, beside its start (csrc/request.c). reduce_scatter is here because
+allgatherv's transpose is a reduce_scatter with counts and reduce_scatter's
+transpose an allgatherv."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _jax_compat as jc
+from ._effect import lower_with_token
+from ._prims_collectives import allgather_p
+from ._registry import _BACKWARD, _BATCH_AXES, _JVP_CHECKS
+from ._define import (LOWERING_PLATFORMS, _UNCACHED, _attributes, _aval,
+                      _blocking_backward, _ct, _define, _define_start, _linear,
+                      _rooted, _site, _sum_op, _zeros_from, _spec)
+
+
+# ---- variable counts along axis 0 ------------------------------------------
+# counts, sendcounts, recvcounts: static tuples of row counts, one per rank,
+# the same on every rank; they reach the C core as int64 array attributes.
+# Rows along axis 0 are what the ranks split; a batch axis goes second (one
+# MPI call for the whole batch: a row then holds every batch element's).
+
+
+def _rows(x, n):
+    return _aval((n, *x.shape[1:]), x.dtype)
+
+
+def _second(x, d):
+    """Batch axis d of x moved to position 1 (axis 0 is split over ranks)."""
+    return jnp.moveaxis(x, d, 1)
+
+
+def _rows_batching(prim):
+    """The batching rule of the variable-count ops: the batch axis goes
+    second, so a row holds the whole batch's elements and the counts stay
+    as given (one MPI call); the result has it second too."""
+
+    def batcher(args, dims, **params):
+        (x,), (d,) = args, dims
+        return prim.bind(_second(x, d), **params), [1]
+
+    jc.batching.primitive_batchers[prim] = batcher
+
+
+# ---- allgatherv: every rank gets sum(counts) rows, rank r's counts[r] -----
+allgatherv_p = _define(
+    "allgatherv", lambda x, *, comm, counts: [_rows(x, sum(counts))])
+
+
+def _allgatherv_transpose(cts, x, *, comm, counts):
+    # Reduce-scatter with counts: x̄_r = Σ_s ȳ_s[rows of r], one MPI call
+    # (MPI_Reduce_scatter), exact like allgather's transpose.
+    ct = _ct(cts[0], _rows(x.aval, sum(counts)))
+    return reduce_scatter_p.bind(ct, comm=comm, op=_sum_op(ct.dtype),
+                                 counts=counts)
+
+
+_linear(allgatherv_p, _allgatherv_transpose)
+_rows_batching(allgatherv_p)
+
+# ---- gatherv: the root gets sum(counts) rows; elsewhere x passes through --
+gatherv_p = _define(
+    "gatherv",
+    lambda x, *, comm, counts, root: [
+        _rows(x, sum(counts)) if comm.rank == root else x],
+    aliases=lambda *, comm, counts, root: None if comm.rank == root else {0: 0},
+)
+
+
+def _gatherv_transpose(cts, x, *, comm, counts, root):
+    # x̄_r = ȳ_root[rows of r] (a scatterv; off the root ct is only its
+    # template), plus its own cotangent off the root.
+    if comm.rank == root:
+        ct = _ct(cts[0], _rows(x.aval, sum(counts)))
+    else:
+        ct = _ct(cts[0], x)
+    (part,) = scatterv_p.bind(ct, comm=comm, counts=counts, root=root)
+    return [part if comm.rank == root else part + ct]
+
+
+_linear(gatherv_p, _gatherv_transpose)
+_rows_batching(gatherv_p)
+
+# ---- scatterv: rank r gets counts[r] rows of the root's x ------------------
+# Elsewhere x is a template of the result (counts[r] rows), as in scatter.
+scatterv_p = _define(
+    "scatterv",
+    lambda x, *, comm, counts, root: [_rows(x, counts[comm.rank])],
+)
+
+
+def _scatterv_transpose(cts, x, *, comm, counts, root):
+    # The root collects every rank's cotangent; elsewhere x was a template.
+    ct = _ct(cts[0], _rows(x.aval, counts[comm.rank]))
+    (y,) = gatherv_p.bind(ct, comm=comm, counts=counts, root=root)
+    return [y if comm.rank == root else _zeros_from(y, x)]
+
+
+_linear(scatterv_p, _scatterv_transpose)
+_rows_batching(scatterv_p)
+
+# ---- alltoallv: block j of x (sendcounts[j] rows) goes to rank j ----------
+def _alltoallv_aliases(*, comm, sendcounts, recvcounts):
+    """The result shares x's buffer where the exchange can run in place:
+    equal counts per peer (each block comes back into the place it left,
+    MPI_IN_PLACE's alltoallv), and at most 2 ranks. Otherwise XLA copies the
+    new result into a loop's carry every iteration: 161 us against
+    alltoall's 74 at 1 MiB, 2 ranks. From 3 ranks a rank's equal counts say
+    nothing of the other ranks' (rank 0 can have them while rank 1 has
+    not), and an exchange in place on some ranks cannot meet MPI_Alltoallv
+    on others; at 2 ranks rank 0's counts are equal exactly when rank 1's
+    are (both say sendcounts[peer] == recvcounts[peer] of the one pair).
+    The C core takes the same decision from the counts (collectives.c)."""
+    if comm.size <= 2 and tuple(sendcounts) == tuple(recvcounts):
+        return {0: 0}
+    return None
+
+
+alltoallv_p = _define(
+    "alltoallv",
+    lambda x, *, comm, sendcounts, recvcounts: [_rows(x, sum(recvcounts))],
+    aliases=_alltoallv_aliases,
+)
+
+
+def _alltoallv_transpose(cts, x, *, comm, sendcounts, recvcounts):
+    # Every block goes back where it came from: counts swapped.
+    ct = _ct(cts[0], _rows(x.aval, sum(recvcounts)))
+    return alltoallv_p.bind(ct, comm=comm, sendcounts=recvcounts,
+                            recvcounts=sendcounts)
+
+
+_linear(alltoallv_p, _alltoallv_transpose)
+_rows_batching(alltoallv_p)
+
+
+# ---- reduce_scatter: rank r gets op over ranks of block r of x -------------
+# counts None: x is (size, *s), the blocks its rows, the result s
+# (MPI_Reduce_scatter_block). counts (rows per rank, static): x has
+# sum(counts) rows, block r the counts[r] rows after those of ranks < r, the
+# result (counts[r], *s) (MPI_Reduce_scatter; the C core gets the counts in
+# rows, as written, and takes a row's size from x).
+def _reduce_scatter_shape(x, *, comm, op, counts):
+    if counts is None:
+        return [_aval(x.shape[1:], x.dtype)]
+    return [_aval((counts[comm.rank], *x.shape[1:]), x.dtype)]
+
+
+reduce_scatter_p = _define("reduce_scatter", _reduce_scatter_shape)
+
+
+def _reduce_scatter_lowering(ctx, x, *, comm, op, counts):
+    attrs = _attributes({"comm": comm, "op": op})
+    if counts is None:
+        target = "jaxmpi_reduce_scatter_block"
+    else:
+        target = "jaxmpi_reduce_scatter"
+        attrs["counts"] = np.asarray(counts, np.int64)
+    site = _site(ctx)
+    if site:
+        attrs["site"] = np.int64(site)
+    rule = jax.ffi.ffi_lowering(target, has_side_effect=True)
+    return lower_with_token(ctx, rule, x, **attrs)
+
+
+for _platform in LOWERING_PLATFORMS:
+    jc.mlir.register_lowering(reduce_scatter_p, _reduce_scatter_lowering,
+                           platform=_platform, **_UNCACHED)
+
+
+def _gather_blocks(y, comm, counts):
+    """Every rank's block y_r, in x's layout: an allgather (allgatherv for
+    counts), one MPI call."""
+    if counts is None:
+        return allgather_p.bind(y, comm=comm)[0]
+    return allgatherv_p.bind(y, comm=comm, counts=counts)[0]
+
+
+def _reduce_scatter_jvp(primals, tangents, *, comm, op, counts):
+    # As allreduce's (docs/autodiff.md), with each rank's block: SUM is
+    # linear; MAX/MIN send the tangent of the rank(s) holding the extreme
+    # value (ties split evenly); PROD is exact also where some x_s = 0.
+    (x,), (t,) = primals, tangents
+    rs = partial(reduce_scatter_p.bind, comm=comm, counts=counts)
+    (y,) = rs(x, op=op)
+    if type(t) is jc.ad.Zero:
+        return [y], [jc.ad.Zero.from_primal_value(y)]
+    t = jc.ad.instantiate_zeros(t)
+    total = partial(rs, op=_sum_op(x.dtype))
+    if op.name == "SUM":
+        (dy,) = rs(t, op=op)
+    elif op.name in ("MAX", "MIN"):
+        mask = x == _gather_blocks(y, comm, counts)
+        (count,) = total(mask.astype(x.dtype))
+        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))
+        dy = dy / count
+    elif op.name == "PROD":
+        zero = x == 0
+        one = jnp.ones_like(x)
+        (nonzero_prod,) = rs(jnp.where(zero, one, x), op=op)
+        (nzeros,) = rs(zero.astype(np.int32), op=_sum_op(np.int32))
+        full = lambda v: _gather_blocks(v, comm, counts)
+        y_all, nzp_all, nz_all = full(y), full(nonzero_prod), full(nzeros)
+        others = jnp.where(nz_all == 0, y_all / jnp.where(zero, one, x),
+                           jnp.where((nz_all == 1) & zero, nzp_all,
+                                     jnp.zeros_like(x)))
+        (dy,) = total(t * others)
+    else:
+        raise NotImplementedError(
+            f"jaxmpi.reduce_scatter: derivatives are defined for MPI.SUM, "
+            f"MPI.PROD, MPI.MAX and MPI.MIN, not {op}"
+        )
+    return [y], [dy]
+
+
+def _reduce_scatter_transpose(cts, x, *, comm, op, counts):
+    # x̄_s[block r] = ȳ_r on every rank s: an allgather of the cotangents
+    # (exact with counts too).
+    if op.name != "SUM":
+        raise NotImplementedError(
+            f"jaxmpi.reduce_scatter: {op} is not linear; transpose needs "
+            "MPI.SUM")
+    shape, dtype = x.aval.shape, x.aval.dtype
+    ct = _ct(cts[0], _reduce_scatter_shape(
+        _aval(shape, dtype), comm=comm, op=op, counts=counts)[0])
+    return [_gather_blocks(ct, comm, counts)]
+
+
+def _reduce_scatter_batcher(args, dims, *, comm, op, counts):
+    # One call for the batch: it goes inside each block (second axis); the
+    # result keeps it first (blocks of equal size) or second (counts).
+    (x,), (d,) = args, dims
+    x = jnp.moveaxis(x, d, 1)
+    return (reduce_scatter_p.bind(x, comm=comm, op=op, counts=counts),
+            [0 if counts is None else 1])
+
+
+jc.ad.primitive_jvps[reduce_scatter_p] = _reduce_scatter_jvp
+jc.ad.primitive_transposes[reduce_scatter_p] = _reduce_scatter_transpose
+jc.batching.primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
+
+
+# ---- the starts ---------------------------------------------------------------
+
+# ireduce_scatter: buffers [x, y (this rank's block)], result y; out of
+# place, as reduce_scatter. Equal blocks start MPI_Ireduce_scatter_block
+# (the C start ireduce_scatter_block), counts MPI_Ireduce_scatter.
+ireduce_scatter_p = _define_start(
+    "ireduce_scatter",
+    lambda x, *, comm, op, counts: [x, *_reduce_scatter_shape(
+        x, comm=comm, op=op, counts=counts)],
+    {0: 0},
+    target=lambda *, counts, **_: ("ireduce_scatter_block" if counts is None
+                                   else "ireduce_scatter"))
+_spec("ireduce_scatter", (1,))
+
+
+def _ireduce_scatter_check(*, op, **_):
+    if op.name != "SUM":
+        raise NotImplementedError(
+            f"jaxmpi.ireduce_scatter: derivatives are defined for MPI.SUM "
+            f"only, not {op} (the blocking reduce_scatter also has PROD, MAX "
+            "and MIN)")
+
+
+_JVP_CHECKS["ireduce_scatter"] = _ireduce_scatter_check
+_BACKWARD["ireduce_scatter"] = _blocking_backward(reduce_scatter_p)
+
+# ---- variable counts along axis 0: the buffers of the blocking v-op's
+# operand and result (rows per rank as its counts say), out of place; the
+# derivatives and batching of the blocking op.
+
+# iallgatherv: buffers [x, y (sum(counts) rows)], result y.
+iallgatherv_p = _define_start(
+    "iallgatherv",
+    lambda x, *, comm, counts: [x, _rows(x, sum(counts))], {0: 0})
+_spec("iallgatherv", (1,))
+_BACKWARD["iallgatherv"] = _blocking_backward(allgatherv_p)
+
+# igatherv: root buffers [x, y (sum(counts) rows)], result y; elsewhere
+# [x], passed through, as gatherv.
+_b, _a, _r = _rooted(lambda x, comm, counts: _rows(x, sum(counts)))
+igatherv_p = _define_start("igatherv", _b, _a)
+_spec("igatherv", _r)
+_BACKWARD["igatherv"] = _blocking_backward(gatherv_p)
+
+# iscatterv: root buffers [x (sum(counts) rows), y (counts[root] rows)],
+# result y; elsewhere [y] (the template's buffer, counts[rank] rows).
+_b, _a, _r = _rooted(lambda x, comm, counts: _rows(x, counts[comm.rank]))
+iscatterv_p = _define_start("iscatterv", _b, _a)
+_spec("iscatterv", _r)
+_BACKWARD["iscatterv"] = _blocking_backward(scatterv_p)
+
+# ialltoallv: buffers [x, y (sum(recvcounts) rows)], result y. Never in
+# place (the blocking alltoallv is, with equal counts at up to 2 ranks).
+ialltoallv_p = _define_start(
+    "ialltoallv",
+    lambda x, *, comm, sendcounts, recvcounts: [
+        x, _rows(x, sum(recvcounts))], {0: 0})
+_spec("ialltoallv", (1,))
+_BACKWARD["ialltoallv"] = _blocking_backward(alltoallv_p)
+
+_BATCH_AXES["ireduce_scatter"] = lambda *, counts, **_: (
+        1, [1, 0 if counts is None else 1])
+_BATCH_AXES["iallgatherv"] = lambda **_: (1, [1, 1])  # [x, y]
+_BATCH_AXES["igatherv"] = lambda *, comm, root, **_: (
+        1, [1, 1] if comm.rank == root else [1])  # [x, y] / [x]
+_BATCH_AXES["iscatterv"] = lambda *, comm, root, **_: (
+        1, [1, 1] if comm.rank == root else [1])  # [x, y] / [y]
+_BATCH_AXES["ialltoallv"] = lambda **_: (1, [1, 1])  # [x, y]
