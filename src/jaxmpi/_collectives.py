@@ -6,16 +6,14 @@ token)``."""
 
 from __future__ import annotations
 
-from . import _core, _eager
+from . import _core, _eager, _pytree
 from . import _jax_compat as jc
-from . import _pytree
 from . import _validate as v
-from ._requests import Request, _start
-from ._steps import (_begin, _join, _passed_through, _reduction,
-                     _reduction_start)
 from ._prims_collectives import (allgather_p, allreduce_p, alltoall_p,
                                  barrier_p, bcast_p, exscan_p, gather_p,
                                  reduce_p, scan_p, scatter_p)
+from ._requests import Request, compose_one
+from ._steps import begin, join, passed_through, reduction_args
 
 
 def _direct(x, run, arg, comm):
@@ -85,7 +83,8 @@ def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
     if adjoint not in ("replicated", "sum"):
         raise ValueError(
             f"allreduce: adjoint={adjoint!r} must be 'replicated' or 'sum'")
-    info, x, opinfo = _reduction("allreduce", x, op, comm, token)
+    info, tok, x, opinfo = reduction_args("allreduce", x, op, comm, token)
+    join(tok)
     y = _direct(x, _eager.allreduce, opinfo.handle, comm)
     if y is not None:
         return y
@@ -160,12 +159,12 @@ def iallreduce(x, op, *, comm=None, token=None,
     if adjoint not in ("replicated", "sum"):
         raise ValueError(
             f"iallreduce: adjoint={adjoint!r} must be 'replicated' or 'sum'")
-    info, tok = _begin("iallreduce", comm, token)
+    info, tok = begin("iallreduce", comm, token)
     x = v.array(x, "iallreduce")
     opinfo = v.reduction_op(op, x.dtype, "iallreduce", _core.get().half_ops)
-    _join(tok)
-    return _start("iallreduce", (x,), dict(comm=info, op=opinfo,
-                                           adjoint=adjoint))
+    join(tok)
+    return compose_one("iallreduce", (x,), dict(comm=info, op=opinfo,
+                                                adjoint=adjoint))
 
 
 @_pytree.tree_op()
@@ -212,10 +211,11 @@ def reduce(x, op, root, *, comm=None, token=None):
             y = mpx.reduce(jnp.ones(3) * rank, MPI.SUM, 0)  # rank 0: [6. 6. 6.]
             y, token = jaxmpi.reduce(x, MPI.MAX, 0)         # token API
     """
-    info, x, opinfo = _reduction("reduce", x, op, comm, token)
+    info, tok, x, opinfo = reduction_args("reduce", x, op, comm, token)
+    join(tok)
     root = v.rank_arg(root, "reduce", "root", info)
     (y,) = reduce_p.bind(x, comm=info, op=opinfo, root=root)
-    return y if info.rank == root else _passed_through(x, y)
+    return y if info.rank == root else passed_through(x, y)
 
 
 def ireduce(x, op, root, *, comm=None, token=None) -> Request:
@@ -272,10 +272,10 @@ def ireduce(x, op, root, *, comm=None, token=None) -> Request:
             req, token = jaxmpi.ireduce(x, MPI.MAX, 0)   # token API
             y, token = jaxmpi.wait(req, token=token)
     """
-    info, tok, x, opinfo = _reduction_start("ireduce", x, op, comm, token)
+    info, tok, x, opinfo = reduction_args("ireduce", x, op, comm, token)
     root = v.rank_arg(root, "ireduce", "root", info)
-    _join(tok)
-    return _start("ireduce", (x,), dict(comm=info, op=opinfo, root=root))
+    join(tok)
+    return compose_one("ireduce", (x,), dict(comm=info, op=opinfo, root=root))
 
 
 @_pytree.tree_op()
@@ -321,7 +321,8 @@ def scan(x, op, *, comm=None, token=None):
             y = mpx.scan(jnp.ones(2), MPI.SUM)   # rank r: [r + 1, r + 1]
             y, token = jaxmpi.scan(x, MPI.SUM)   # token API
     """
-    info, x, opinfo = _reduction("scan", x, op, comm, token)
+    info, tok, x, opinfo = reduction_args("scan", x, op, comm, token)
+    join(tok)
     y = _direct(x, _eager.scan, opinfo.handle, comm)
     if y is not None:
         return y
@@ -379,9 +380,9 @@ def iscan(x, op, *, comm=None, token=None) -> Request:
             req, token = jaxmpi.iscan(x, MPI.SUM)           # token API
             y, token = jaxmpi.wait(req, token=token)
     """
-    info, tok, x, opinfo = _reduction_start("iscan", x, op, comm, token)
-    _join(tok)
-    return _start("iscan", (x,), dict(comm=info, op=opinfo))
+    info, tok, x, opinfo = reduction_args("iscan", x, op, comm, token)
+    join(tok)
+    return compose_one("iscan", (x,), dict(comm=info, op=opinfo))
 
 
 @_pytree.tree_op()
@@ -435,7 +436,8 @@ def exscan(x, op, *, comm=None, token=None):
             y = mpx.exscan(jnp.ones(2), MPI.SUM)   # rank r: [r, r]
             y, token = jaxmpi.exscan(x, MPI.SUM)   # token API
     """
-    info, x, opinfo = _reduction("exscan", x, op, comm, token)
+    info, tok, x, opinfo = reduction_args("exscan", x, op, comm, token)
+    join(tok)
     v.predefined_op(opinfo, "exscan")
     return exscan_p.bind(x, comm=info, op=opinfo)[0]
 
@@ -504,10 +506,10 @@ def iexscan(x, op, *, comm=None, token=None) -> Request:
             req, token = jaxmpi.iexscan(x, MPI.SUM)          # token API
             y, token = jaxmpi.wait(req, token=token)
     """
-    info, tok, x, opinfo = _reduction_start("iexscan", x, op, comm, token)
+    info, tok, x, opinfo = reduction_args("iexscan", x, op, comm, token)
     v.predefined_op(opinfo, "iexscan")
-    _join(tok)
-    return _start("iexscan", (x,), dict(comm=info, op=opinfo))
+    join(tok)
+    return compose_one("iexscan", (x,), dict(comm=info, op=opinfo))
 
 
 @_pytree.tree_op()
@@ -552,15 +554,15 @@ def bcast(x, root, *, comm=None, token=None):
             params = mpx.bcast(params, 0)        # one array
             params, token = jaxmpi.bcast(params, 0)  # token API
     """
-    info, tok = _begin("bcast", comm, token)
+    info, tok = begin("bcast", comm, token)
     x = v.array(x, "bcast")
     root = v.rank_arg(root, "bcast", "root", info)
-    _join(tok)
+    join(tok)
     y = _direct(x, _eager.bcast, root, comm)
     if y is not None:
         return y
     (y,) = bcast_p.bind(x, comm=info, root=root)
-    return _passed_through(x, y) if info.rank == root else y
+    return passed_through(x, y) if info.rank == root else y
 
 
 def ibcast(x, root, *, comm=None, token=None) -> Request:
@@ -612,11 +614,11 @@ def ibcast(x, root, *, comm=None, token=None) -> Request:
             req, token = jaxmpi.ibcast(params, 0)    # token API
             params, token = jaxmpi.wait(req, token=token)
     """
-    info, tok = _begin("ibcast", comm, token)
+    info, tok = begin("ibcast", comm, token)
     x = v.array(x, "ibcast")
     root = v.rank_arg(root, "ibcast", "root", info)
-    _join(tok)
-    return _start("ibcast", (x,), dict(comm=info, root=root))
+    join(tok)
+    return compose_one("ibcast", (x,), dict(comm=info, root=root))
 
 
 @_pytree.tree_op()
@@ -661,12 +663,12 @@ def gather(x, root, *, comm=None, token=None):
             y = mpx.gather(jnp.full(2, rank), 0)  # rank 0: [[0 0] [1 1] [2 2]]
             y, token = jaxmpi.gather(x, 0)        # token API
     """
-    info, tok = _begin("gather", comm, token)
+    info, tok = begin("gather", comm, token)
     x = v.array(x, "gather")
     root = v.rank_arg(root, "gather", "root", info)
-    _join(tok)
+    join(tok)
     (y,) = gather_p.bind(x, comm=info, root=root)
-    return y if info.rank == root else _passed_through(x, y)
+    return y if info.rank == root else passed_through(x, y)
 
 
 def igather(x, root, *, comm=None, token=None) -> Request:
@@ -720,11 +722,11 @@ def igather(x, root, *, comm=None, token=None) -> Request:
             req, token = jaxmpi.igather(x, 0)        # token API
             y, token = jaxmpi.wait(req, token=token)
     """
-    info, tok = _begin("igather", comm, token)
+    info, tok = begin("igather", comm, token)
     x = v.array(x, "igather")
     root = v.rank_arg(root, "igather", "root", info)
-    _join(tok)
-    return _start("igather", (x,), dict(comm=info, root=root))
+    join(tok)
+    return compose_one("igather", (x,), dict(comm=info, root=root))
 
 
 @_pytree.tree_op(rows=_pytree.rows_on_root)
@@ -774,12 +776,12 @@ def scatter(x, root, *, comm=None, token=None):
             y = mpx.scatter(x, 0)                 # rank r: [2r, 2r + 1]
             y, token = jaxmpi.scatter(x, 0)       # token API
     """
-    info, tok = _begin("scatter", comm, token)
+    info, tok = begin("scatter", comm, token)
     x = v.array(x, "scatter")
     root = v.rank_arg(root, "scatter", "root", info)
     if info.rank == root:
         v.leading_dim(x, "scatter", "x (on the root)", info.size)
-    _join(tok)
+    join(tok)
     return scatter_p.bind(x, comm=info, root=root)[0]
 
 
@@ -835,13 +837,13 @@ def iscatter(x, root, *, comm=None, token=None) -> Request:
             req, token = jaxmpi.iscatter(x, 0)   # token API
             y, token = jaxmpi.wait(req, token=token)
     """
-    info, tok = _begin("iscatter", comm, token)
+    info, tok = begin("iscatter", comm, token)
     x = v.array(x, "iscatter")
     root = v.rank_arg(root, "iscatter", "root", info)
     if info.rank == root:
         v.leading_dim(x, "iscatter", "x (on the root)", info.size)
-    _join(tok)
-    return _start("iscatter", (x,), dict(comm=info, root=root))
+    join(tok)
+    return compose_one("iscatter", (x,), dict(comm=info, root=root))
 
 
 @_pytree.tree_op()
@@ -885,9 +887,9 @@ def allgather(x, *, comm=None, token=None):
             y = mpx.allgather(jnp.full(2, rank))  # [[0 0] [1 1] [2 2]]
             y, token = jaxmpi.allgather(x)        # token API
     """
-    info, tok = _begin("allgather", comm, token)
+    info, tok = begin("allgather", comm, token)
     x = v.array(x, "allgather")
-    _join(tok)
+    join(tok)
     y = _direct(x, lambda x, _, c: _eager.allgather(x, c), None, comm)
     if y is not None:
         return y
@@ -943,10 +945,10 @@ def iallgather(x, *, comm=None, token=None) -> Request:
             req, token = jaxmpi.iallgather(x)    # token API
             y, token = jaxmpi.wait(req, token=token)
     """
-    info, tok = _begin("iallgather", comm, token)
+    info, tok = begin("iallgather", comm, token)
     x = v.array(x, "iallgather")
-    _join(tok)
-    return _start("iallgather", (x,), dict(comm=info))
+    join(tok)
+    return compose_one("iallgather", (x,), dict(comm=info))
 
 
 @_pytree.tree_op(rows=True)
@@ -994,10 +996,10 @@ def alltoall(x, *, comm=None, token=None):
             y = mpx.alltoall(x)            # rank 0: [0 10], rank 1: [1 11]
             y, token = jaxmpi.alltoall(x)  # token API
     """
-    info, tok = _begin("alltoall", comm, token)
+    info, tok = begin("alltoall", comm, token)
     x = v.array(x, "alltoall")
     v.leading_dim(x, "alltoall", "x", info.size)
-    _join(tok)
+    join(tok)
     y = _direct(x, lambda x, _, c: _eager.alltoall(x, c), None, comm)
     if y is not None:
         return y
@@ -1055,11 +1057,11 @@ def ialltoall(x, *, comm=None, token=None) -> Request:
             req, token = jaxmpi.ialltoall(x) # token API
             y, token = jaxmpi.wait(req, token=token)
     """
-    info, tok = _begin("ialltoall", comm, token)
+    info, tok = begin("ialltoall", comm, token)
     x = v.array(x, "ialltoall")
     v.leading_dim(x, "ialltoall", "x", info.size)
-    _join(tok)
-    return _start("ialltoall", (x,), dict(comm=info))
+    join(tok)
+    return compose_one("ialltoall", (x,), dict(comm=info))
 
 
 def barrier(*, comm=None, token=None):
@@ -1094,8 +1096,8 @@ def barrier(*, comm=None, token=None):
             mpx.barrier()               # returns None
             token = jaxmpi.barrier()    # token API: returns a token
     """
-    info, tok = _begin("barrier", comm, token)
-    _join(tok)
+    info, tok = begin("barrier", comm, token)
+    join(tok)
     barrier_p.bind(comm=info)
 
 
@@ -1140,6 +1142,6 @@ def ibarrier(*, comm=None, token=None) -> Request:
             req, token = jaxmpi.ibarrier()       # token API
             token = jaxmpi.wait(req, token=token)
     """
-    info, tok = _begin("ibarrier", comm, token)
-    _join(tok)
-    return _start("ibarrier", (), dict(comm=info))
+    info, tok = begin("ibarrier", comm, token)
+    join(tok)
+    return compose_one("ibarrier", (), dict(comm=info))

@@ -514,12 +514,12 @@ def check_launch(size: int, env=os.environ) -> None:
                 "Set JAXMPI_SINGLETON=1 if this process is meant to run alone.")
 
 
-_core: Core | None = None
+_loaded: Core | None = None
 
 
 def get() -> Core:
     """The process's C core (loaded by ``import jaxmpi``)."""
-    global _core
-    if _core is None:
-        _core = Core()
-    return _core
+    global _loaded
+    if _loaded is None:
+        _loaded = Core()
+    return _loaded

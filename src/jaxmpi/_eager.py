@@ -48,24 +48,25 @@ from ._threads import guard
 _ENABLED = os.environ.get("JAXMPI_EAGER_DIRECT", "1").strip().lower() not in (
     "0", "false", "no", "off")
 
-_datatypes: dict = {}
-_ops: dict = {}
+# mpi4py's Datatype and Op objects, by dtype and handle (made once each).
+_mpi_datatypes: dict = {}
+_mpi_ops: dict = {}
 
 
 def _datatype(dtype):
-    mpitype = _datatypes.get(dtype)
+    mpitype = _mpi_datatypes.get(dtype)
     if mpitype is None:
         name = _dtypes.MPI_TYPES.get(dtype)
         if name is None:
             return None
-        mpitype = _datatypes[dtype] = getattr(MPI, name)
+        mpitype = _mpi_datatypes[dtype] = getattr(MPI, name)
     return mpitype
 
 
 def _op(handle: int):
-    op = _ops.get(handle)
+    op = _mpi_ops.get(handle)
     if op is None:
-        op = _ops[handle] = MPI.Op.fromhandle(handle)
+        op = _mpi_ops[handle] = MPI.Op.fromhandle(handle)
     return op
 
 
@@ -107,7 +108,7 @@ def _new_array(x, data: np.ndarray):
     (device,) = x.sharding.device_set
     aval = x.aval if data.shape == x.shape else x.aval.update(shape=data.shape)
     return jc.xla_client.batched_device_put(aval, x.sharding, [data], [device],
-                                 x._committed)
+                                            x._committed)
 
 
 def _failure(fn: str, mpi_fn: str, comm, e: MPI.Exception):

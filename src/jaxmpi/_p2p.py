@@ -8,11 +8,11 @@ from mpi4py import MPI
 
 from . import _pytree
 from . import _validate as v
-from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
-from ._requests import Request, _start
-from ._steps import _begin, _join
-from ._validate import ANY_SOURCE, ANY_TAG
 from ._prims_p2p import neighbor_exchange_p, recv_p, send_p, sendrecv_p
+from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
+from ._requests import Request, compose_one
+from ._steps import begin, join
+from ._validate import ANY_SOURCE, ANY_TAG
 
 
 @_pytree.tree_op(result=False)
@@ -64,11 +64,11 @@ def send(x, dest, *, tag=0, comm=None, token=None):
                 y = mpx.recv(jnp.zeros(3), 0, tag=7)
                 y, token = jaxmpi.recv(jnp.zeros(3), 0, tag=7)
     """
-    info, tok = _begin("send", comm, token)
+    info, tok = begin("send", comm, token)
     x = v.array(x, "send")
     dest = v.rank_arg(dest, "send", "dest", info, allow=(MPI.PROC_NULL,))
     tag = v.tag_arg(tag, "send", "tag", info)
-    _join(tok)
+    join(tok)
     send_p.bind(x, comm=info, dest=dest, tag=tag)
 
 
@@ -127,12 +127,12 @@ def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
                 y = mpx.wait(mpx.irecv(jnp.zeros(3), 0, tag=7))
                 y = mpx.recv(jnp.zeros(3), 0, tag=7)
     """
-    info, tok = _begin("isend", comm, token)
+    info, tok = begin("isend", comm, token)
     x = v.array(x, "isend")
     dest = v.rank_arg(dest, "isend", "dest", info, allow=(MPI.PROC_NULL,))
     tag = v.tag_arg(tag, "isend", "tag", info)
-    _join(tok)
-    return _start("isend", (x,), dict(comm=info, dest=dest, tag=tag))
+    join(tok)
+    return compose_one("isend", (x,), dict(comm=info, dest=dest, tag=tag))
 
 
 @_pytree.tree_op()
@@ -189,15 +189,15 @@ def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
                 mpx.send(jnp.arange(3.0), 1)
                 jaxmpi.send(jnp.arange(3.0), 1, tag=7)
     """
-    info, tok = _begin("recv", comm, token)
+    info, tok = begin("recv", comm, token)
     x = v.array(x, "recv")
     source = v.rank_arg(source, "recv", "source", info,
                         allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
     tag = v.tag_arg(tag, "recv", "tag", info, allow_any=True)
     addr = v.status_arg(status, "recv")
-    _join(tok)
+    join(tok)
     return recv_p.bind(x, comm=info, source=source, tag=tag,
-                            status=addr)[0]
+                       status=addr)[0]
 
 
 def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
@@ -262,15 +262,15 @@ def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
                 mpx.wait(mpx.isend(jnp.arange(3.0), 1, tag=7))
                 mpx.send(jnp.arange(3.0), 1, tag=7)
     """
-    info, tok = _begin("irecv", comm, token)
+    info, tok = begin("irecv", comm, token)
     x = v.array(x, "irecv")
     source = v.rank_arg(source, "irecv", "source", info,
                         allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
     tag = v.tag_arg(tag, "irecv", "tag", info, allow_any=True)
     addr = v.status_arg(status, "irecv")
-    _join(tok)
-    return _start("irecv", (x,), dict(comm=info, source=source, tag=tag,
-                                      status=addr))
+    join(tok)
+    return compose_one("irecv", (x,), dict(comm=info, source=source, tag=tag,
+                                           status=addr))
 
 
 @_pytree.tree_op(trees=("sendbuf", "recvbuf"))
@@ -328,7 +328,7 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
             y, token = jaxmpi.sendrecv(x, x, left, right)    # token API
     """
     fn = "sendrecv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     sendbuf = v.array(sendbuf, fn, "sendbuf")
     recvbuf = v.array(recvbuf, fn, "recvbuf")
     source = v.rank_arg(source, fn, "source", info,
@@ -337,7 +337,7 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
     sendtag = v.tag_arg(sendtag, fn, "sendtag", info)
     recvtag = v.tag_arg(recvtag, fn, "recvtag", info, allow_any=True)
     addr = v.status_arg(status, fn)
-    _join(tok)
+    join(tok)
     return sendrecv_p.bind(
         sendbuf, recvbuf, comm=info, source=source, dest=dest, sendtag=sendtag,
         recvtag=recvtag, status=addr,
@@ -409,7 +409,7 @@ def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
             halo, token = jaxmpi.wait(req, token=token)
     """
     fn = "isendrecv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     sendbuf = v.array(sendbuf, fn, "sendbuf")
     recvbuf = v.array(recvbuf, fn, "recvbuf")
     source = v.rank_arg(source, fn, "source", info,
@@ -418,8 +418,8 @@ def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
     sendtag = v.tag_arg(sendtag, fn, "sendtag", info)
     recvtag = v.tag_arg(recvtag, fn, "recvtag", info, allow_any=True)
     addr = v.status_arg(status, fn)
-    _join(tok)
-    return _start(fn, (sendbuf, recvbuf), dict(
+    join(tok)
+    return compose_one(fn, (sendbuf, recvbuf), dict(
         comm=info, source=source, dest=dest, sendtag=sendtag, recvtag=recvtag,
         status=addr))
 
@@ -484,7 +484,7 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
                 [u[-1:], u[:1]], [u[:1], u[-1:]], [left, right], [right, left])
     """
     fn = "neighbor_exchange"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     seqs = {}
     for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
                         ("sources", sources), ("dests", dests)):
@@ -512,7 +512,7 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
     tag = v.tag_arg(tag, fn, "tag", info)
     if n:
         v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
-    _join(tok)
+    join(tok)
     if n == 0:
         return ()
     return tuple(neighbor_exchange_p.bind(
@@ -588,7 +588,7 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
             (from_left, from_right), token = jaxmpi.wait(req, token=token)
     """
     fn = "ineighbor_exchange"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     seqs = {}
     for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
                         ("sources", sources), ("dests", dests)):
@@ -615,7 +615,7 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
                  for i, d in enumerate(seqs["dests"]))
     tag = v.tag_arg(tag, fn, "tag", info)
     v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
-    _join(tok)
-    return _start(fn, tuple(xs), dict(
+    join(tok)
+    return compose_one(fn, tuple(xs), dict(
         comm=info, sources=srcs, dests=dsts, tag=tag,
         recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts)))

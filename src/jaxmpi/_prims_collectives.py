@@ -1,32 +1,30 @@
-"""The collectives as primitives (csrc/collectives.c): per op its shape
-rule, JVP, transpose and batching rule, beside its start (csrc/request.c):
-the start's buffers, results and backward request."""
+"""The collectives as primitives (csrc/collectives.c), one section per
+op: its shape rule, JVP, transpose and batching rule, and beside them its
+non-blocking start's row (csrc/request.c): the start's buffers, results,
+backward request and batch axes."""
 
 from __future__ import annotations
 
 from functools import partial
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from . import _jax_compat as jc
-from ._effect import lower_with_token
-from ._registry import _AFTER_WAIT, _BACKWARD, _BATCH_AXES, _JVP_CHECKS
+from ._define import (Backward, aval, blocking_backward, cotangent,
+                      define_blocking, define_start, elementwise_batcher,
+                      linear, lower_call, register_lowering, rooted,
+                      rooted_axes, rooted_batcher, sum_only, sum_only_check,
+                      sum_only_jvp, sum_op, to_front, zeros_from)
 from ._requests import wait_p
-from ._define import (LOWERING_PLATFORMS, _UNCACHED, _Backward, _attributes,
-                      _aval, _blocking_backward, _ct, _define, _define_start,
-                      _elementwise_batcher, _front, _linear, _rooted,
-                      _rooted_axes, _rooted_batcher, _site, _sum_check,
-                      _sum_only, _sum_only_jvp, _sum_op, _zeros_from, _spec)
 
 
 # ---- allreduce: every rank gets the reduction of all ranks' x -------------
 # In place: the result shares the input's buffer (MPI_IN_PLACE in the core;
 # reduce, scan, bcast and alltoall too, gather off the root, recv and
 # sendrecv their template's).
-allreduce_p = _define("allreduce", lambda x, *, comm, op, adjoint: [x],
-                      aliases={0: 0})
+allreduce_p = define_blocking("allreduce", lambda x, *, comm, op, adjoint: [x],
+                              aliases={0: 0})
 
 
 def _allreduce_jvp(primals, tangents, *, comm, op, adjoint):
@@ -35,7 +33,7 @@ def _allreduce_jvp(primals, tangents, *, comm, op, adjoint):
     if type(t) is jc.ad.Zero:
         return [y], [jc.ad.Zero.from_primal_value(y)]
     t = jc.ad.instantiate_zeros(t)
-    total = partial(allreduce_p.bind, comm=comm, op=_sum_op(x.dtype),
+    total = partial(allreduce_p.bind, comm=comm, op=sum_op(x.dtype),
                     adjoint=adjoint)
     if op.name == "SUM":
         (dy,) = total(t)
@@ -53,7 +51,7 @@ def _allreduce_jvp(primals, tangents, *, comm, op, adjoint):
         (nonzero_prod,) = allreduce_p.bind(jnp.where(zero, one, x), comm=comm,
                                            op=op, adjoint=adjoint)
         (nzeros,) = allreduce_p.bind(zero.astype(np.int32), comm=comm,
-                                     op=_sum_op(np.int32), adjoint=adjoint)
+                                     op=sum_op(np.int32), adjoint=adjoint)
         others = jnp.where(nzeros == 0, y / jnp.where(zero, one, x),
                            jnp.where((nzeros == 1) & zero, nonzero_prod,
                                      jnp.zeros_like(x)))
@@ -74,7 +72,7 @@ def _allreduce_transpose(cts, x, *, comm, op, adjoint):
             "(mpi4jax: The linear transpose of allreduce is only defined for "
             "op=MPI.SUM)")
     (ct,) = cts
-    ct = _ct(ct, x)
+    ct = cotangent(ct, x)
     if adjoint == "sum":
         return allreduce_p.bind(ct, comm=comm, op=op, adjoint=adjoint)
     return replicated_ct_p.bind(ct, comm=comm, op=op)
@@ -82,7 +80,7 @@ def _allreduce_transpose(cts, x, *, comm, op, adjoint):
 
 jc.ad.primitive_jvps[allreduce_p] = _allreduce_jvp
 jc.ad.primitive_transposes[allreduce_p] = _allreduce_transpose
-_elementwise_batcher(allreduce_p)
+elementwise_batcher(allreduce_p)
 
 # The transpose of allreduce under the default convention: the identity on
 # the cotangent, no communication; its own transpose is allreduce again.
@@ -91,8 +89,8 @@ replicated_ct_p.multiple_results = True
 replicated_ct_p.def_impl(lambda x, **_: [x])
 replicated_ct_p.def_abstract_eval(lambda x, **_: [x])
 jc.mlir.register_lowering(replicated_ct_p, lambda ctx, x, **_: [x])
-_linear(replicated_ct_p, lambda cts, x, *, comm, op: allreduce_p.bind(
-    _ct(cts[0], x), comm=comm, op=op, adjoint="replicated"))
+linear(replicated_ct_p, lambda cts, x, *, comm, op: allreduce_p.bind(
+    cotangent(cts[0], x), comm=comm, op=op, adjoint="replicated"))
 jc.batching.primitive_batchers[replicated_ct_p] = (
     lambda args, dims, **p: (replicated_ct_p.bind(*args, **p), [dims[0]]))
 
@@ -101,154 +99,88 @@ jc.batching.primitive_batchers[replicated_ct_p] = (
 # linear in the same values and transposes of transposes make the same calls
 # on every rank.
 
+
+# iallreduce: buffers [y] (in place: aliased to x); result y. Derivatives for
+# MPI.SUM, with allreduce's conventions: adjoint="replicated" (default), the
+# transpose is the identity (no communication); "sum": an allreduce of the
+# cotangents, as a backward request.
+def _iallreduce_check(*, op, **_):
+    if op.name != "SUM":
+        raise NotImplementedError(
+            f"jaxmpi.iallreduce: derivatives are defined for MPI.SUM only, "
+            f"not {op} (the blocking allreduce also has PROD, MAX and MIN)")
+
+
+def _iallreduce_bw_start(cts, bufs, spec):
+    if spec.param("adjoint") == "replicated":
+        return jnp.zeros((), np.float32), [cts[0]]
+    h, y = iallreduce_p.bind(cts[0], rid=0, **dict(spec.params))
+    return h, [y]
+
+
+def _iallreduce_bw_finish(bh, bbufs, operands, spec):
+    if spec.param("adjoint") == "replicated":
+        return [bbufs[0]]
+    (y,) = wait_p.bind(bh, *bbufs, spec=spec)
+    return [y]
+
+
+iallreduce_p = define_start(
+    "iallreduce", buffers=lambda x, *, comm, op, adjoint: [x],
+    aliases={0: 0}, results=(0,), jvp_check=_iallreduce_check,
+    backward=Backward(_iallreduce_bw_start, _iallreduce_bw_finish))
+
 # ---- reduce: the root gets the reduction; elsewhere x passes through ------
-reduce_p = _define("reduce", lambda x, *, comm, op, root: [x],
-                   aliases={0: 0})
+reduce_p = define_blocking("reduce", lambda x, *, comm, op, root: [x],
+                           aliases={0: 0})
 
 
 def _reduce_transpose(cts, x, *, comm, op, root):
     # y_root = sum of all x, y_r = x_r elsewhere: every x gets the root's
     # cotangent (a bcast; off the root ct is only its template), plus its
     # own off the root.
-    _sum_only("reduce", op)
-    ct = _ct(cts[0], x)
+    sum_only("reduce", op)
+    ct = cotangent(cts[0], x)
     (b,) = bcast_p.bind(ct, comm=comm, root=root)
     return [b if comm.rank == root else b + ct]
 
-_sum_only_jvp(reduce_p, "reduce")
+
+sum_only_jvp(reduce_p, "reduce")
 jc.ad.primitive_transposes[reduce_p] = _reduce_transpose
-_rooted_batcher(reduce_p)
+rooted_batcher(reduce_p)
+
+# ireduce: buffers [y] (x's buffer: the root reduces in place into it,
+# elsewhere it is sent from and passed through as reduce does).
+ireduce_p = define_start(
+    "ireduce", buffers=lambda x, *, comm, op, root: [x], aliases={0: 0},
+    results=(0,), jvp_check=sum_only_check("ireduce"),
+    backward=blocking_backward(reduce_p))
 
 # ---- scan: rank r gets the reduction over ranks 0..r -----------------------
-scan_p = _define("scan", lambda x, *, comm, op: [x], aliases={0: 0})
+scan_p = define_blocking("scan", lambda x, *, comm, op: [x], aliases={0: 0})
 
 
 def _scan_transpose(cts, x, *, comm, op):
     # x̄_r = sum over s >= r of ȳ_s = total - inclusive scan + own.
-    _sum_only("scan", op)
-    ct = _ct(cts[0], x)
+    sum_only("scan", op)
+    ct = cotangent(cts[0], x)
     (total,) = allreduce_p.bind(ct, comm=comm, op=op, adjoint="sum")
     (upto,) = scan_p.bind(ct, comm=comm, op=op)
     return [total - upto + ct]
 
 
-_sum_only_jvp(scan_p, "scan")
+sum_only_jvp(scan_p, "scan")
 jc.ad.primitive_transposes[scan_p] = _scan_transpose
-_elementwise_batcher(scan_p)
+elementwise_batcher(scan_p)
 
-# ---- bcast: every rank gets the root's x (the root: x passed through) -----
-bcast_p = _define("bcast", lambda x, *, comm, root: [x], aliases={0: 0})
-
-
-def _bcast_transpose(cts, x, *, comm, root):
-    # The root's x reaches every rank: it collects all their cotangents;
-    # elsewhere x was a template and gets zero.
-    ct = _ct(cts[0], x)
-    (total,) = reduce_p.bind(ct, comm=comm, op=_sum_op(ct.dtype), root=root)
-    return [total if comm.rank == root else _zeros_from(total, x)]
-
-
-_linear(bcast_p, _bcast_transpose)
-_rooted_batcher(bcast_p)
-
-# ---- gather: the root gets (size, *x.shape); elsewhere x passes through --
-gather_p = _define(
-    "gather",
-    lambda x, *, comm, root: [
-        _aval((comm.size, *x.shape), x.dtype) if comm.rank == root else x
-    ],
-    aliases=lambda *, comm, root: None if comm.rank == root else {0: 0},
-)
-
-
-def _gather_transpose(cts, x, *, comm, root):
-    # x̄_r = ȳ_root[r] (a scatter; off the root ct is only its template),
-    # plus its own cotangent off the root.
-    if comm.rank == root:
-        ct = _ct(cts[0], _aval((comm.size, *x.aval.shape), x.aval.dtype))
-    else:
-        ct = _ct(cts[0], x)
-    (part,) = scatter_p.bind(ct, comm=comm, root=root)
-    return [part if comm.rank == root else part + ct]
-
-
-def _gather_batcher(args, dims, *, comm, root):
-    (x,), (d,) = args, dims
-    (y,) = gather_p.bind(_front(x, d), comm=comm, root=root)
-    return [y], [1 if comm.rank == root else 0]
-
-
-_linear(gather_p, _gather_transpose)
-jc.batching.primitive_batchers[gather_p] = _gather_batcher
-
-# ---- scatter: rank r gets the root's x[r]; elsewhere x is a template ------
-scatter_p = _define(
-    "scatter",
-    lambda x, *, comm, root: [
-        _aval(x.shape[1:], x.dtype) if comm.rank == root else x
-    ],
-)
-
-
-def _scatter_transpose(cts, x, *, comm, root):
-    # The root collects every rank's cotangent; elsewhere x was a template.
-    ct = _ct(cts[0], _aval(x.aval.shape[1:] if comm.rank == root
-                           else x.aval.shape, x.aval.dtype))
-    (y,) = gather_p.bind(ct, comm=comm, root=root)
-    return [y if comm.rank == root else _zeros_from(y, x)]
-
-
-def _scatter_batcher(args, dims, *, comm, root):
-    (x,), (d,) = args, dims
-    # On the root the batch axis goes second (the first is split over ranks).
-    x = jnp.moveaxis(x, d, 1) if comm.rank == root else _front(x, d)
-    return scatter_p.bind(x, comm=comm, root=root), [0]
-
-
-_linear(scatter_p, _scatter_transpose)
-jc.batching.primitive_batchers[scatter_p] = _scatter_batcher
-
-# ---- allgather: every rank gets (size, *x.shape) --------------------------
-allgather_p = _define(
-    "allgather", lambda x, *, comm: [_aval((comm.size, *x.shape), x.dtype)]
-)
-
-
-def _allgather_transpose(cts, x, *, comm):
-    # Reduce-scatter: x̄_r = sum over s of ȳ_s[r].
-    ct = _ct(cts[0], _aval((comm.size, *x.aval.shape), x.aval.dtype))
-    (parts,) = alltoall_p.bind(ct, comm=comm)
-    return [parts.sum(axis=0).astype(ct.dtype)]
-
-
-def _allgather_batcher(args, dims, *, comm):
-    (x,), (d,) = args, dims
-    (y,) = allgather_p.bind(x, comm=comm)
-    return [y], [d + 1]
-
-
-_linear(allgather_p, _allgather_transpose)
-jc.batching.primitive_batchers[allgather_p] = _allgather_batcher
-
-# ---- alltoall: block j of rank i's x goes to block i of rank j ------------
-alltoall_p = _define("alltoall", lambda x, *, comm: [x], aliases={0: 0})
-
-
-def _alltoall_batcher(args, dims, *, comm):
-    (x,), (d,) = args, dims
-    x = jnp.moveaxis(x, d, 1)  # the first axis is split over ranks
-    return alltoall_p.bind(x, comm=comm), [1]
-
-
-_linear(alltoall_p, lambda cts, x, *, comm: alltoall_p.bind(
-    _ct(cts[0], x), comm=comm))
-jc.batching.primitive_batchers[alltoall_p] = _alltoall_batcher
-
-# ---- barrier --------------------------------------------------------------
-barrier_p = _define("barrier", lambda *, comm: [])
+# iscan: buffers [y] (in place).
+iscan_p = define_start(
+    "iscan", buffers=lambda x, *, comm, op: [x], aliases={0: 0},
+    results=(0,), jvp_check=sum_only_check("iscan"),
+    backward=blocking_backward(scan_p))
 
 # ---- exscan: rank r gets op over ranks 0..r-1, rank 0 the op's identity ----
-exscan_p = _define("exscan", lambda x, *, comm, op: [x], aliases={0: 0})
+exscan_p = define_blocking("exscan", lambda x, *, comm, op: [x], aliases={0: 0})
 
 
 def exscan_identity(opname: str, dtype) -> np.ndarray:
@@ -273,132 +205,37 @@ def exscan_identity(opname: str, dtype) -> np.ndarray:
 
 
 def _exscan_lowering(ctx, x, *, comm, op):
-    rule = jax.ffi.ffi_lowering("jaxmpi_exscan", has_side_effect=True,
-                                operand_output_aliases={0: 0})
-    attrs = _attributes({"comm": comm, "op": op})
-    site = _site(ctx)
-    if site:
-        attrs["site"] = np.int64(site)
-    (y,) = lower_with_token(ctx, rule, x, **attrs)
+    (y,) = lower_call(ctx, "exscan", [x], dict(comm=comm, op=op), {0: 0})
     if comm.rank != 0:
         return [y]
     # MPI leaves rank 0's result undefined: it is the op's identity.
-    aval = ctx.avals_out[0]
-    ident = exscan_identity(op.name, aval.dtype)
-    fill = jc.mlir.lower_fun(lambda: [jnp.full(aval.shape, ident, aval.dtype)],
-                          multiple_results=True)
+    out = ctx.avals_out[0]
+    ident = exscan_identity(op.name, out.dtype)
+    fill = jc.mlir.lower_fun(lambda: [jnp.full(out.shape, ident, out.dtype)],
+                             multiple_results=True)
     return fill(ctx.replace(avals_in=[], tokens_out=None))
 
 
-for _platform in LOWERING_PLATFORMS:
-    jc.mlir.register_lowering(exscan_p, _exscan_lowering, platform=_platform,
-                           **_UNCACHED)
+register_lowering(exscan_p, _exscan_lowering)
 
 
 def _exscan_transpose(cts, x, *, comm, op):
     # x̄_r = sum over s > r of ȳ_s (a reverse exclusive scan): total minus
     # the inclusive scan.
-    _sum_only("exscan", op)
-    ct = _ct(cts[0], x)
+    sum_only("exscan", op)
+    ct = cotangent(cts[0], x)
     (total,) = allreduce_p.bind(ct, comm=comm, op=op, adjoint="sum")
     (upto,) = scan_p.bind(ct, comm=comm, op=op)
     return [total - upto]
 
 
-_sum_only_jvp(exscan_p, "exscan")
+sum_only_jvp(exscan_p, "exscan")
 jc.ad.primitive_transposes[exscan_p] = _exscan_transpose
-_elementwise_batcher(exscan_p)
+elementwise_batcher(exscan_p)
 
-
-# ---- the starts ---------------------------------------------------------------
-
-# iallreduce: buffers [y] (in place: aliased to x); result y. Derivatives for
-# MPI.SUM, with allreduce's conventions: adjoint="replicated" (default), the
-# transpose is the identity (no communication); "sum": an allreduce of the
-# cotangents, as a backward request.
-iallreduce_p = _define_start("iallreduce",
-                             lambda x, *, comm, op, adjoint: [x], {0: 0})
-_spec("iallreduce", (0,))
-
-
-def _iallreduce_check(*, op, **_):
-    if op.name != "SUM":
-        raise NotImplementedError(
-            f"jaxmpi.iallreduce: derivatives are defined for MPI.SUM only, "
-            f"not {op} (the blocking allreduce also has PROD, MAX and MIN)")
-
-
-_JVP_CHECKS["iallreduce"] = _iallreduce_check
-
-
-def _iallreduce_bw_start(cts, bufs, spec):
-    if spec.param("adjoint") == "replicated":
-        return jnp.zeros((), np.float32), [cts[0]]
-    h, y = iallreduce_p.bind(cts[0], rid=0, **dict(spec.params))
-    return h, [y]
-
-
-def _iallreduce_bw_finish(bh, bbufs, operands, spec):
-    if spec.param("adjoint") == "replicated":
-        return [bbufs[0]]
-    (y,) = wait_p.bind(bh, *bbufs, spec=spec)
-    return [y]
-
-
-_BACKWARD["iallreduce"] = _Backward(_iallreduce_bw_start, _iallreduce_bw_finish)
-
-# ibcast: buffers [y] (aliased to x: the root sends from it); result y.
-# Backward: the root collects every rank's cotangent (a blocking reduce where
-# the forward wait was: collectives keep the same order on every rank).
-ibcast_p = _define_start("ibcast", lambda x, *, comm, root: [x], {0: 0})
-_spec("ibcast", (0,))
-
-
-def _ibcast_bw_start(cts, bufs, spec):
-    comm, root = spec.param("comm"), spec.param("root")
-    ct = cts[0]
-    (total,) = reduce_p.bind(ct, comm=comm, op=_sum_op(ct.dtype),
-                                  root=root)
-    out = total if comm.rank == root else _zeros_from(total, bufs[0])
-    return jnp.zeros((), np.float32), [out]
-
-
-_BACKWARD["ibcast"] = _Backward(_ibcast_bw_start,
-                                lambda bh, bbufs, operands, spec: [bbufs[0]])
-
-# ibarrier: no buffers, no results, nothing to differentiate.
-ibarrier_p = _define_start("ibarrier", lambda *, comm: [], {})
-_spec("ibarrier", ())
-_BACKWARD["ibarrier"] = _Backward(
-    lambda cts, bufs, spec: (jnp.zeros((), np.float32), []),
-    lambda bh, bbufs, operands, spec: [])
-
-# ---- the other collectives: linear, so the tangents travel as a second
-# request; the transpose is the blocking op's (every rank runs it at the same
-# point of the backward program, where the forward wait was), its cotangent
-# of x handed to the start's transpose in buffer 0 (x-shaped for all).
-
-# ireduce: buffers [y] (x's buffer: the root reduces in place into it,
-# elsewhere it is sent from and passed through as reduce does).
-ireduce_p = _define_start("ireduce", lambda x, *, comm, op, root: [x], {0: 0})
-_spec("ireduce", (0,))
-_JVP_CHECKS["ireduce"] = _sum_check("ireduce")
-_BACKWARD["ireduce"] = _blocking_backward(reduce_p)
-
-# iscan: buffers [y] (in place).
-iscan_p = _define_start("iscan", lambda x, *, comm, op: [x], {0: 0})
-_spec("iscan", (0,))
-_JVP_CHECKS["iscan"] = _sum_check("iscan")
-_BACKWARD["iscan"] = _blocking_backward(scan_p)
 
 # iexscan: buffers [y] (in place). MPI leaves rank 0's result undefined: the
-# wait gives it the op's identity, as exscan does (_AFTER_WAIT).
-iexscan_p = _define_start("iexscan", lambda x, *, comm, op: [x], {0: 0})
-_spec("iexscan", (0,))
-_JVP_CHECKS["iexscan"] = _sum_check("iexscan")
-_BACKWARD["iexscan"] = _blocking_backward(exscan_p)
-
-
+# wait gives it the op's identity, as exscan does.
 def _identity_on_rank_0(outs, spec):
     """exscan's rank 0 result: the op's identity (a constant of the trace:
     its tangent is zero and its cotangent goes nowhere, as exscan's)."""
@@ -409,38 +246,170 @@ def _identity_on_rank_0(outs, spec):
             for y in outs]
 
 
-# What the wait does with its results before returning them, per op.
-_AFTER_WAIT["iexscan"] = _identity_on_rank_0
+iexscan_p = define_start(
+    "iexscan", buffers=lambda x, *, comm, op: [x], aliases={0: 0},
+    results=(0,), jvp_check=sum_only_check("iexscan"),
+    backward=blocking_backward(exscan_p), after_wait=_identity_on_rank_0)
+
+# ---- bcast: every rank gets the root's x (the root: x passed through) -----
+bcast_p = define_blocking("bcast", lambda x, *, comm, root: [x], aliases={0: 0})
+
+
+def _bcast_transpose(cts, x, *, comm, root):
+    # The root's x reaches every rank: it collects all their cotangents;
+    # elsewhere x was a template and gets zero.
+    ct = cotangent(cts[0], x)
+    (total,) = reduce_p.bind(ct, comm=comm, op=sum_op(ct.dtype), root=root)
+    return [total if comm.rank == root else zeros_from(total, x)]
+
+
+linear(bcast_p, _bcast_transpose)
+rooted_batcher(bcast_p)
+
+# ibcast: buffers [y] (aliased to x: the root sends from it); result y.
+# Backward: the root collects every rank's cotangent (a blocking reduce where
+# the forward wait was: collectives keep the same order on every rank).
+
+
+def _ibcast_bw_start(cts, bufs, spec):
+    comm, root = spec.param("comm"), spec.param("root")
+    ct = cts[0]
+    (total,) = reduce_p.bind(ct, comm=comm, op=sum_op(ct.dtype),
+                             root=root)
+    out = total if comm.rank == root else zeros_from(total, bufs[0])
+    return jnp.zeros((), np.float32), [out]
+
+
+ibcast_p = define_start(
+    "ibcast", buffers=lambda x, *, comm, root: [x], aliases={0: 0},
+    results=(0,), backward=Backward(
+        _ibcast_bw_start, lambda bh, bbufs, operands, spec: [bbufs[0]]))
+
+# ---- gather: the root gets (size, *x.shape); elsewhere x passes through --
+gather_p = define_blocking(
+    "gather",
+    lambda x, *, comm, root: [
+        aval((comm.size, *x.shape), x.dtype) if comm.rank == root else x
+    ],
+    aliases=lambda *, comm, root: None if comm.rank == root else {0: 0},
+)
+
+
+def _gather_transpose(cts, x, *, comm, root):
+    # x̄_r = ȳ_root[r] (a scatter; off the root ct is only its template),
+    # plus its own cotangent off the root.
+    if comm.rank == root:
+        ct = cotangent(cts[0], aval((comm.size, *x.aval.shape), x.aval.dtype))
+    else:
+        ct = cotangent(cts[0], x)
+    (part,) = scatter_p.bind(ct, comm=comm, root=root)
+    return [part if comm.rank == root else part + ct]
+
+
+def _gather_batcher(args, dims, *, comm, root):
+    (x,), (d,) = args, dims
+    (y,) = gather_p.bind(to_front(x, d), comm=comm, root=root)
+    return [y], [1 if comm.rank == root else 0]
+
+
+linear(gather_p, _gather_transpose)
+jc.batching.primitive_batchers[gather_p] = _gather_batcher
 
 # igather: root buffers [x, y (size, *x.shape)], result y; elsewhere [x],
 # passed through.
-_b, _a, _r = _rooted(lambda x, comm: _aval((comm.size, *x.shape),
-                                                 x.dtype))
-igather_p = _define_start("igather", _b, _a)
-_spec("igather", _r)
-_BACKWARD["igather"] = _blocking_backward(gather_p)
+igather_p = define_start(
+    "igather", **rooted(lambda x, comm: aval((comm.size, *x.shape), x.dtype)),
+    backward=blocking_backward(gather_p),
+    batch_axes=rooted_axes([0, 1], [0]))             # [x, y (size, n, ...)]
+
+# ---- scatter: rank r gets the root's x[r]; elsewhere x is a template ------
+scatter_p = define_blocking(
+    "scatter",
+    lambda x, *, comm, root: [
+        aval(x.shape[1:], x.dtype) if comm.rank == root else x
+    ],
+)
+
+
+def _scatter_transpose(cts, x, *, comm, root):
+    # The root collects every rank's cotangent; elsewhere x was a template.
+    ct = cotangent(cts[0], aval(x.aval.shape[1:] if comm.rank == root
+                                else x.aval.shape, x.aval.dtype))
+    (y,) = gather_p.bind(ct, comm=comm, root=root)
+    return [y if comm.rank == root else zeros_from(y, x)]
+
+
+def _scatter_batcher(args, dims, *, comm, root):
+    (x,), (d,) = args, dims
+    # On the root the batch axis goes second (the first is split over ranks).
+    x = jnp.moveaxis(x, d, 1) if comm.rank == root else to_front(x, d)
+    return scatter_p.bind(x, comm=comm, root=root), [0]
+
+
+linear(scatter_p, _scatter_transpose)
+jc.batching.primitive_batchers[scatter_p] = _scatter_batcher
 
 # iscatter: root buffers [x (size, ...), y (x.shape[1:])], result y;
 # elsewhere [y] (the template's buffer).
-_b, _a, _r = _rooted(lambda x, comm: _aval(x.shape[1:], x.dtype))
-iscatter_p = _define_start("iscatter", _b, _a)
-_spec("iscatter", _r)
-_BACKWARD["iscatter"] = _blocking_backward(scatter_p)
+iscatter_p = define_start(
+    "iscatter", **rooted(lambda x, comm: aval(x.shape[1:], x.dtype)),
+    backward=blocking_backward(scatter_p),
+    batch_axes=rooted_axes([1, 0], [0], 1))          # [x (size, n, ...), y]
+
+# ---- allgather: every rank gets (size, *x.shape) --------------------------
+allgather_p = define_blocking(
+    "allgather", lambda x, *, comm: [aval((comm.size, *x.shape), x.dtype)]
+)
+
+
+def _allgather_transpose(cts, x, *, comm):
+    # Reduce-scatter: x̄_r = sum over s of ȳ_s[r].
+    ct = cotangent(cts[0], aval((comm.size, *x.aval.shape), x.aval.dtype))
+    (parts,) = alltoall_p.bind(ct, comm=comm)
+    return [parts.sum(axis=0).astype(ct.dtype)]
+
+
+def _allgather_batcher(args, dims, *, comm):
+    (x,), (d,) = args, dims
+    (y,) = allgather_p.bind(x, comm=comm)
+    return [y], [d + 1]
+
+
+linear(allgather_p, _allgather_transpose)
+jc.batching.primitive_batchers[allgather_p] = _allgather_batcher
 
 # iallgather: buffers [x, y (size, *x.shape)], result y.
-iallgather_p = _define_start(
+iallgather_p = define_start(
     "iallgather",
-    lambda x, *, comm: [x, _aval((comm.size, *x.shape), x.dtype)],
-    {0: 0})
-_spec("iallgather", (1,))
-_BACKWARD["iallgather"] = _blocking_backward(allgather_p)
+    buffers=lambda x, *, comm: [x, aval((comm.size, *x.shape), x.dtype)],
+    aliases={0: 0}, results=(1,), backward=blocking_backward(allgather_p),
+    batch_axes=lambda **_: (0, [0, 1]))              # [x, y (size, n, ...)]
+
+# ---- alltoall: block j of rank i's x goes to block i of rank j ------------
+alltoall_p = define_blocking("alltoall", lambda x, *, comm: [x], aliases={0: 0})
+
+
+def _alltoall_batcher(args, dims, *, comm):
+    (x,), (d,) = args, dims
+    x = jnp.moveaxis(x, d, 1)  # the first axis is split over ranks
+    return alltoall_p.bind(x, comm=comm), [1]
+
+
+linear(alltoall_p, lambda cts, x, *, comm: alltoall_p.bind(
+    cotangent(cts[0], x), comm=comm))
+jc.batching.primitive_batchers[alltoall_p] = _alltoall_batcher
 
 # ialltoall: buffers [x, y] (out of place: MPI_Ialltoall), result y.
-ialltoall_p = _define_start("ialltoall", lambda x, *, comm: [x, x], {0: 0})
-_spec("ialltoall", (1,))
-_BACKWARD["ialltoall"] = _blocking_backward(alltoall_p)
+ialltoall_p = define_start(
+    "ialltoall", buffers=lambda x, *, comm: [x, x], aliases={0: 0},
+    results=(1,), backward=blocking_backward(alltoall_p),
+    batch_axes=lambda **_: (1, [1, 1]))              # [x, y] (size, n, ...)
 
-_BATCH_AXES["igather"] = _rooted_axes([0, 1], [0])  # [x, y (size, n, ...)]
-_BATCH_AXES["iscatter"] = _rooted_axes([1, 0], [0], 1)  # [x (size, n, ...), y]
-_BATCH_AXES["iallgather"] = lambda **_: (0, [0, 1])  # [x, y (size, n, ...)]
-_BATCH_AXES["ialltoall"] = lambda **_: (1, [1, 1])  # [x, y] (size, n, ...)
+# ---- barrier --------------------------------------------------------------
+barrier_p = define_blocking("barrier", lambda *, comm: [])
+
+# ibarrier: no buffers, no results, nothing to differentiate.
+ibarrier_p = define_start(
+    "ibarrier", buffers=lambda *, comm: [], aliases={}, results=(),
+    backward=Backward(lambda cts, bufs, spec: (jnp.zeros((), np.float32), []),
+                      lambda bh, bbufs, operands, spec: []))

@@ -1,24 +1,22 @@
 """The variable-count collectives and reduce_scatter as primitives
-(csrc/collectives.c): per op its shape rule, JVP, transpose and batching
-rule, beside its start (csrc/request.c). reduce_scatter is here because
-allgatherv's transpose is a reduce_scatter with counts and reduce_scatter's
-transpose an allgatherv."""
+(csrc/collectives.c), one section per op: its shape rule, JVP, transpose
+and batching rule, and beside them its non-blocking start's row
+(csrc/request.c). reduce_scatter is here because allgatherv's transpose
+is a reduce_scatter with counts and reduce_scatter's transpose an
+allgatherv."""
 
 from __future__ import annotations
 
 from functools import partial
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from . import _jax_compat as jc
-from ._effect import lower_with_token
+from ._define import (aval, blocking_backward, cotangent, define_blocking,
+                      define_start, linear, lower_call, register_lowering,
+                      rooted, sum_op, zeros_from)
 from ._prims_collectives import allgather_p
-from ._registry import _BACKWARD, _BATCH_AXES, _JVP_CHECKS
-from ._define import (LOWERING_PLATFORMS, _UNCACHED, _attributes, _aval,
-                      _blocking_backward, _ct, _define, _define_start, _linear,
-                      _rooted, _site, _sum_op, _zeros_from, _spec)
 
 
 # ---- variable counts along axis 0 ------------------------------------------
@@ -29,7 +27,7 @@ from ._define import (LOWERING_PLATFORMS, _UNCACHED, _attributes, _aval,
 
 
 def _rows(x, n):
-    return _aval((n, *x.shape[1:]), x.dtype)
+    return aval((n, *x.shape[1:]), x.dtype)
 
 
 def _second(x, d):
@@ -50,23 +48,34 @@ def _rows_batching(prim):
 
 
 # ---- allgatherv: every rank gets sum(counts) rows, rank r's counts[r] -----
-allgatherv_p = _define(
+allgatherv_p = define_blocking(
     "allgatherv", lambda x, *, comm, counts: [_rows(x, sum(counts))])
 
 
 def _allgatherv_transpose(cts, x, *, comm, counts):
     # Reduce-scatter with counts: x̄_r = Σ_s ȳ_s[rows of r], one MPI call
     # (MPI_Reduce_scatter), exact like allgather's transpose.
-    ct = _ct(cts[0], _rows(x.aval, sum(counts)))
-    return reduce_scatter_p.bind(ct, comm=comm, op=_sum_op(ct.dtype),
+    ct = cotangent(cts[0], _rows(x.aval, sum(counts)))
+    return reduce_scatter_p.bind(ct, comm=comm, op=sum_op(ct.dtype),
                                  counts=counts)
 
 
-_linear(allgatherv_p, _allgatherv_transpose)
+linear(allgatherv_p, _allgatherv_transpose)
 _rows_batching(allgatherv_p)
 
+# iallgatherv: buffers [x, y (sum(counts) rows)], result y. The
+# variable-count starts are out of place, with the derivatives and the
+# batch axes of their blocking op: the batch goes second in every buffer on
+# every rank (a row holds the whole batch's elements, the counts stay as
+# given).
+iallgatherv_p = define_start(
+    "iallgatherv",
+    buffers=lambda x, *, comm, counts: [x, _rows(x, sum(counts))],
+    aliases={0: 0}, results=(1,), backward=blocking_backward(allgatherv_p),
+    batch_axes=lambda **_: (1, [1, 1]))              # [x, y]
+
 # ---- gatherv: the root gets sum(counts) rows; elsewhere x passes through --
-gatherv_p = _define(
+gatherv_p = define_blocking(
     "gatherv",
     lambda x, *, comm, counts, root: [
         _rows(x, sum(counts)) if comm.rank == root else x],
@@ -78,19 +87,27 @@ def _gatherv_transpose(cts, x, *, comm, counts, root):
     # x̄_r = ȳ_root[rows of r] (a scatterv; off the root ct is only its
     # template), plus its own cotangent off the root.
     if comm.rank == root:
-        ct = _ct(cts[0], _rows(x.aval, sum(counts)))
+        ct = cotangent(cts[0], _rows(x.aval, sum(counts)))
     else:
-        ct = _ct(cts[0], x)
+        ct = cotangent(cts[0], x)
     (part,) = scatterv_p.bind(ct, comm=comm, counts=counts, root=root)
     return [part if comm.rank == root else part + ct]
 
 
-_linear(gatherv_p, _gatherv_transpose)
+linear(gatherv_p, _gatherv_transpose)
 _rows_batching(gatherv_p)
+
+# igatherv: root buffers [x, y (sum(counts) rows)], result y; elsewhere
+# [x], passed through, as gatherv.
+igatherv_p = define_start(
+    "igatherv", **rooted(lambda x, comm, counts: _rows(x, sum(counts))),
+    backward=blocking_backward(gatherv_p),
+    batch_axes=lambda *, comm, root, **_: (
+        1, [1, 1] if comm.rank == root else [1]))   # [x, y] / [x]
 
 # ---- scatterv: rank r gets counts[r] rows of the root's x ------------------
 # Elsewhere x is a template of the result (counts[r] rows), as in scatter.
-scatterv_p = _define(
+scatterv_p = define_blocking(
     "scatterv",
     lambda x, *, comm, counts, root: [_rows(x, counts[comm.rank])],
 )
@@ -98,15 +115,25 @@ scatterv_p = _define(
 
 def _scatterv_transpose(cts, x, *, comm, counts, root):
     # The root collects every rank's cotangent; elsewhere x was a template.
-    ct = _ct(cts[0], _rows(x.aval, counts[comm.rank]))
+    ct = cotangent(cts[0], _rows(x.aval, counts[comm.rank]))
     (y,) = gatherv_p.bind(ct, comm=comm, counts=counts, root=root)
-    return [y if comm.rank == root else _zeros_from(y, x)]
+    return [y if comm.rank == root else zeros_from(y, x)]
 
 
-_linear(scatterv_p, _scatterv_transpose)
+linear(scatterv_p, _scatterv_transpose)
 _rows_batching(scatterv_p)
 
+# iscatterv: root buffers [x (sum(counts) rows), y (counts[root] rows)],
+# result y; elsewhere [y] (the template's buffer, counts[rank] rows).
+iscatterv_p = define_start(
+    "iscatterv", **rooted(lambda x, comm, counts: _rows(x, counts[comm.rank])),
+    backward=blocking_backward(scatterv_p),
+    batch_axes=lambda *, comm, root, **_: (
+        1, [1, 1] if comm.rank == root else [1]))   # [x, y] / [y]
+
 # ---- alltoallv: block j of x (sendcounts[j] rows) goes to rank j ----------
+
+
 def _alltoallv_aliases(*, comm, sendcounts, recvcounts):
     """The result shares x's buffer where the exchange can run in place:
     equal counts per peer (each block comes back into the place it left,
@@ -123,7 +150,7 @@ def _alltoallv_aliases(*, comm, sendcounts, recvcounts):
     return None
 
 
-alltoallv_p = _define(
+alltoallv_p = define_blocking(
     "alltoallv",
     lambda x, *, comm, sendcounts, recvcounts: [_rows(x, sum(recvcounts))],
     aliases=_alltoallv_aliases,
@@ -132,14 +159,22 @@ alltoallv_p = _define(
 
 def _alltoallv_transpose(cts, x, *, comm, sendcounts, recvcounts):
     # Every block goes back where it came from: counts swapped.
-    ct = _ct(cts[0], _rows(x.aval, sum(recvcounts)))
+    ct = cotangent(cts[0], _rows(x.aval, sum(recvcounts)))
     return alltoallv_p.bind(ct, comm=comm, sendcounts=recvcounts,
                             recvcounts=sendcounts)
 
 
-_linear(alltoallv_p, _alltoallv_transpose)
+linear(alltoallv_p, _alltoallv_transpose)
 _rows_batching(alltoallv_p)
 
+# ialltoallv: buffers [x, y (sum(recvcounts) rows)], result y. Never in
+# place (the blocking alltoallv is, with equal counts at up to 2 ranks).
+ialltoallv_p = define_start(
+    "ialltoallv",
+    buffers=lambda x, *, comm, sendcounts, recvcounts: [
+        x, _rows(x, sum(recvcounts))],
+    aliases={0: 0}, results=(1,), backward=blocking_backward(alltoallv_p),
+    batch_axes=lambda **_: (1, [1, 1]))              # [x, y]
 
 # ---- reduce_scatter: rank r gets op over ranks of block r of x -------------
 # counts None: x is (size, *s), the blocks its rows, the result s
@@ -147,32 +182,24 @@ _rows_batching(alltoallv_p)
 # sum(counts) rows, block r the counts[r] rows after those of ranks < r, the
 # result (counts[r], *s) (MPI_Reduce_scatter; the C core gets the counts in
 # rows, as written, and takes a row's size from x).
+
+
 def _reduce_scatter_shape(x, *, comm, op, counts):
     if counts is None:
-        return [_aval(x.shape[1:], x.dtype)]
-    return [_aval((counts[comm.rank], *x.shape[1:]), x.dtype)]
+        return [aval(x.shape[1:], x.dtype)]
+    return [aval((counts[comm.rank], *x.shape[1:]), x.dtype)]
 
 
-reduce_scatter_p = _define("reduce_scatter", _reduce_scatter_shape)
+reduce_scatter_p = define_blocking("reduce_scatter", _reduce_scatter_shape)
 
 
 def _reduce_scatter_lowering(ctx, x, *, comm, op, counts):
-    attrs = _attributes({"comm": comm, "op": op})
-    if counts is None:
-        target = "jaxmpi_reduce_scatter_block"
-    else:
-        target = "jaxmpi_reduce_scatter"
-        attrs["counts"] = np.asarray(counts, np.int64)
-    site = _site(ctx)
-    if site:
-        attrs["site"] = np.int64(site)
-    rule = jax.ffi.ffi_lowering(target, has_side_effect=True)
-    return lower_with_token(ctx, rule, x, **attrs)
+    # Equal blocks (no counts) go to the C core's reduce_scatter_block.
+    target = "reduce_scatter_block" if counts is None else "reduce_scatter"
+    return lower_call(ctx, target, [x], dict(comm=comm, op=op, counts=counts))
 
 
-for _platform in LOWERING_PLATFORMS:
-    jc.mlir.register_lowering(reduce_scatter_p, _reduce_scatter_lowering,
-                           platform=_platform, **_UNCACHED)
+register_lowering(reduce_scatter_p, _reduce_scatter_lowering)
 
 
 def _gather_blocks(y, comm, counts):
@@ -193,7 +220,7 @@ def _reduce_scatter_jvp(primals, tangents, *, comm, op, counts):
     if type(t) is jc.ad.Zero:
         return [y], [jc.ad.Zero.from_primal_value(y)]
     t = jc.ad.instantiate_zeros(t)
-    total = partial(rs, op=_sum_op(x.dtype))
+    total = partial(rs, op=sum_op(x.dtype))
     if op.name == "SUM":
         (dy,) = rs(t, op=op)
     elif op.name in ("MAX", "MIN"):
@@ -205,7 +232,7 @@ def _reduce_scatter_jvp(primals, tangents, *, comm, op, counts):
         zero = x == 0
         one = jnp.ones_like(x)
         (nonzero_prod,) = rs(jnp.where(zero, one, x), op=op)
-        (nzeros,) = rs(zero.astype(np.int32), op=_sum_op(np.int32))
+        (nzeros,) = rs(zero.astype(np.int32), op=sum_op(np.int32))
         full = lambda v: _gather_blocks(v, comm, counts)
         y_all, nzp_all, nz_all = full(y), full(nonzero_prod), full(nzeros)
         others = jnp.where(nz_all == 0, y_all / jnp.where(zero, one, x),
@@ -228,8 +255,8 @@ def _reduce_scatter_transpose(cts, x, *, comm, op, counts):
             f"jaxmpi.reduce_scatter: {op} is not linear; transpose needs "
             "MPI.SUM")
     shape, dtype = x.aval.shape, x.aval.dtype
-    ct = _ct(cts[0], _reduce_scatter_shape(
-        _aval(shape, dtype), comm=comm, op=op, counts=counts)[0])
+    ct = cotangent(cts[0], _reduce_scatter_shape(
+        aval(shape, dtype), comm=comm, op=op, counts=counts)[0])
     return [_gather_blocks(ct, comm, counts)]
 
 
@@ -247,21 +274,9 @@ jc.ad.primitive_transposes[reduce_scatter_p] = _reduce_scatter_transpose
 jc.batching.primitive_batchers[reduce_scatter_p] = _reduce_scatter_batcher
 
 
-# ---- the starts ---------------------------------------------------------------
-
 # ireduce_scatter: buffers [x, y (this rank's block)], result y; out of
 # place, as reduce_scatter. Equal blocks start MPI_Ireduce_scatter_block
 # (the C start ireduce_scatter_block), counts MPI_Ireduce_scatter.
-ireduce_scatter_p = _define_start(
-    "ireduce_scatter",
-    lambda x, *, comm, op, counts: [x, *_reduce_scatter_shape(
-        x, comm=comm, op=op, counts=counts)],
-    {0: 0},
-    target=lambda *, counts, **_: ("ireduce_scatter_block" if counts is None
-                                   else "ireduce_scatter"))
-_spec("ireduce_scatter", (1,))
-
-
 def _ireduce_scatter_check(*, op, **_):
     if op.name != "SUM":
         raise NotImplementedError(
@@ -270,48 +285,14 @@ def _ireduce_scatter_check(*, op, **_):
             "and MIN)")
 
 
-_JVP_CHECKS["ireduce_scatter"] = _ireduce_scatter_check
-_BACKWARD["ireduce_scatter"] = _blocking_backward(reduce_scatter_p)
-
-# ---- variable counts along axis 0: the buffers of the blocking v-op's
-# operand and result (rows per rank as its counts say), out of place; the
-# derivatives and batching of the blocking op.
-
-# iallgatherv: buffers [x, y (sum(counts) rows)], result y.
-iallgatherv_p = _define_start(
-    "iallgatherv",
-    lambda x, *, comm, counts: [x, _rows(x, sum(counts))], {0: 0})
-_spec("iallgatherv", (1,))
-_BACKWARD["iallgatherv"] = _blocking_backward(allgatherv_p)
-
-# igatherv: root buffers [x, y (sum(counts) rows)], result y; elsewhere
-# [x], passed through, as gatherv.
-_b, _a, _r = _rooted(lambda x, comm, counts: _rows(x, sum(counts)))
-igatherv_p = _define_start("igatherv", _b, _a)
-_spec("igatherv", _r)
-_BACKWARD["igatherv"] = _blocking_backward(gatherv_p)
-
-# iscatterv: root buffers [x (sum(counts) rows), y (counts[root] rows)],
-# result y; elsewhere [y] (the template's buffer, counts[rank] rows).
-_b, _a, _r = _rooted(lambda x, comm, counts: _rows(x, counts[comm.rank]))
-iscatterv_p = _define_start("iscatterv", _b, _a)
-_spec("iscatterv", _r)
-_BACKWARD["iscatterv"] = _blocking_backward(scatterv_p)
-
-# ialltoallv: buffers [x, y (sum(recvcounts) rows)], result y. Never in
-# place (the blocking alltoallv is, with equal counts at up to 2 ranks).
-ialltoallv_p = _define_start(
-    "ialltoallv",
-    lambda x, *, comm, sendcounts, recvcounts: [
-        x, _rows(x, sum(recvcounts))], {0: 0})
-_spec("ialltoallv", (1,))
-_BACKWARD["ialltoallv"] = _blocking_backward(alltoallv_p)
-
-_BATCH_AXES["ireduce_scatter"] = lambda *, counts, **_: (
-        1, [1, 0 if counts is None else 1])
-_BATCH_AXES["iallgatherv"] = lambda **_: (1, [1, 1])  # [x, y]
-_BATCH_AXES["igatherv"] = lambda *, comm, root, **_: (
-        1, [1, 1] if comm.rank == root else [1])  # [x, y] / [x]
-_BATCH_AXES["iscatterv"] = lambda *, comm, root, **_: (
-        1, [1, 1] if comm.rank == root else [1])  # [x, y] / [y]
-_BATCH_AXES["ialltoallv"] = lambda **_: (1, [1, 1])  # [x, y]
+ireduce_scatter_p = define_start(
+    "ireduce_scatter",
+    buffers=lambda x, *, comm, op, counts: [x, *_reduce_scatter_shape(
+        x, comm=comm, op=op, counts=counts)],
+    aliases={0: 0}, results=(1,), jvp_check=_ireduce_scatter_check,
+    backward=blocking_backward(reduce_scatter_p),
+    # [x (rows, n, ...), y]: y is (n, ...) for equal blocks, else (rows, n,
+    # ...), as reduce_scatter's batching rule.
+    batch_axes=lambda *, counts, **_: (1, [1, 0 if counts is None else 1]),
+    target=lambda *, counts, **_: ("ireduce_scatter_block" if counts is None
+                                   else "ireduce_scatter"))

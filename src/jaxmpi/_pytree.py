@@ -14,7 +14,7 @@ Packing per dtype (not one byte buffer for all dtypes) keeps reductions
 exact (MPI reduces typed data) and keeps gradients: a bitcast to bytes has
 no derivative.
 
-Two layouts of an array argument (``rows`` in the op's ``Spec``):
+Two layouts of an array argument (``rows`` in the op's ``Packing``):
 
 * flat: each leaf is raveled; the buffer is 1-D, the concatenation;
 * rows: the leaves keep their leading axis (the rank axis of ``scatter``'s
@@ -58,7 +58,7 @@ from ._region import jit as _region_jit
 
 
 @dataclass(frozen=True)
-class Spec:
+class Packing:
     """How an operation's array arguments are packed (see the module doc)."""
 
     trees: tuple = ("x",)
@@ -189,7 +189,7 @@ def _rebuild(treedef, n, groups, outs):
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-def _arguments(op, spec: Spec, sig, args, kwargs):
+def _arguments(op, spec: Packing, sig, args, kwargs):
     """(name, bound arguments with defaults, comm info, rows) of a call."""
     fn = op.__name__
     bound = sig.bind(*args, **kwargs)
@@ -229,7 +229,7 @@ def _static(value):
     return value
 
 
-def _region_call(op, spec: Spec, sig, args, kwargs):
+def _region_call(op, spec: Packing, sig, args, kwargs):
     """The eager tree call as one cached region, or None where it does not
     apply (another operation, a token, a leaf that is not a jax Array, an
     argument with no hashable stand-in)."""
@@ -264,7 +264,7 @@ def _region_call(op, spec: Spec, sig, args, kwargs):
     return fn(*leaves)
 
 
-def _call_tree(op, spec: Spec, sig, args, kwargs):
+def _call_tree(op, spec: Packing, sig, args, kwargs):
     if jc.trace_state_clean():
         out = _region_call(op, spec, sig, args, kwargs)
         if out is not None:
@@ -333,7 +333,7 @@ _DOC_RAISES = re.compile(r"\(a list,\s+tuple,\s+dict,\s+a ``\(result, token\)`` 
                          r"pair or a token is\s+named as such\)")
 
 
-def _doc(doc: str, spec: Spec) -> str:
+def _doc(doc: str, spec: Packing) -> str:
     """The op's docstring with a paragraph on pytrees before its Args."""
     names = " and ".join(f"``{t}``" for t in spec.trees)
     what = "pytrees" if len(spec.trees) > 1 else "a pytree"
@@ -358,7 +358,7 @@ def _doc(doc: str, spec: Spec) -> str:
 def wrap(op, *, trees=("x",), rows=False, result=True):
     """``op`` (a single-array operation of _api) taking pytrees of arrays
     for the arguments named in ``trees``; see the module docstring."""
-    spec = Spec(tuple(trees), rows, result)
+    spec = Packing(tuple(trees), rows, result)
     sig = inspect.signature(op)
     positions = {name: i for i, name in enumerate(sig.parameters)}
 

@@ -80,7 +80,7 @@ def _region_lowering(ctx, *args, jaxpr):
     inner = ctx.replace(tokens_in=jc.mlir.TokenSet({mpi_effect: token}),
                         avals_out=ctx.avals_out[:-1])
     outs = jc.mlir.core_call_lowering(inner, *args, name="jaxmpi_region",
-                                   call_jaxpr=jaxpr)
+                                      call_jaxpr=jaxpr)
     marker = jc.mlir.ir_constant(np.bool_(True))
     return [*outs, marker]
 
@@ -178,7 +178,7 @@ class Jitted:
 # trace, which happens inside JAX's jit, sees a traceback that stops at the
 # trace's boundary, without the user's line that the call's `site` (the
 # debug log, the watchdog) names; it is bound under this one instead.
-_caller = threading.local()
+_eager_call = threading.local()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -187,7 +187,7 @@ def _primitive_region(prim, params):
 
     def one_op(*args):
         with jc.source_info_util.user_context(
-                getattr(_caller, "traceback", None)):
+                getattr(_eager_call, "traceback", None)):
             return prim.bind(*args, **kwargs)
 
     return jit(one_op)
@@ -202,7 +202,7 @@ def _on_cpu(args) -> bool:
     return True
 
 
-def apply_primitive(prim, *args, **params):
+def apply_in_region(prim, *args, **params):
     """The eager implementation of a jaxmpi primitive (``def_impl``)."""
     if _on_cpu(args):
         try:
@@ -210,7 +210,7 @@ def apply_primitive(prim, *args, **params):
         except TypeError:  # a parameter that cannot be hashed
             fn = None
         if fn is not None:
-            _caller.traceback = jc.xla_client.Traceback.get_traceback()
+            _eager_call.traceback = jc.xla_client.Traceback.get_traceback()
             return fn(*args)
     return jc.apply_primitive(prim, *args, **params)
 

@@ -10,13 +10,12 @@ from . import _dtypes
 # Parameters that travel to the C handler as FFI attributes (all int64:
 # handles and addresses as their 64-bit pattern, which MLIR's unsigned
 # attributes cannot hold above 2**63).
-_HANDLE_ATTRS = ("comm", "op", "status")
-_INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
-_ARRAY_ATTRS = ("sources", "dests", "counts", "sendcounts", "recvcounts")
-# Every attribute a handler may receive (the C core's JM_ATTRS, checked at
-# import: _core.check_table), and those that are arrays.
-FFI_ATTRS = (*_HANDLE_ATTRS, *_INT_ATTRS, *_ARRAY_ATTRS, "site")
-ARRAY_ATTRS = _ARRAY_ATTRS
+HANDLE_ATTRS = ("comm", "op", "status")
+INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
+ARRAY_ATTRS = ("sources", "dests", "counts", "sendcounts", "recvcounts")
+# Every attribute a handler may receive (the C core's JM_ATTRS, checked
+# below), "site" being the call's Python line (_define.site).
+FFI_ATTRS = (*HANDLE_ATTRS, *INT_ATTRS, *ARRAY_ATTRS, "site")
 
 # Buffers per call are the C core's JM_MAX_BUFFERS (32), checked at import.
 # A blocking exchange (neighbor_exchange) has one operand and one result
@@ -28,27 +27,23 @@ PAIRS_PER_REQUEST = 15
 
 # C handlers that a primitive's lowering picks besides its own name
 # (reduce_scatter_p: equal blocks go to reduce_scatter_block).
-EXTRA_TARGETS = ("reduce_scatter_block",)
+EXTRA_BLOCKING_TARGETS = ("reduce_scatter_block",)
 # C starts that a start primitive's lowering picks besides its own name
 # (ireduce_scatter_p: equal blocks go to ireduce_scatter_block).
 EXTRA_START_TARGETS = ("ireduce_scatter_block",)
 
-# What the definitions fill: the blocking primitives, and per start its
-# primitive, its wait's spec maker, its JVP check, its backward request,
-# what its wait does after MPI (iexscan), its batch axes.
-PRIMITIVES: dict = {}
-START: dict = {}
-_SPECS: dict = {}
-_JVP_CHECKS: dict = {}
-_BACKWARD: dict = {}
-_AFTER_WAIT: dict = {}
-_BATCH_AXES: dict = {}
+# What the definitions fill (_define), as ops.h's JM_OPS and JM_IOPS:
+# name -> the primitive of each blocking op, and name -> the row of each
+# start (_define.Start: its primitive, results, backward request, JVP
+# check, batch axes, what its wait does after MPI).
+BLOCKING: dict = {}
+STARTS: dict = {}
 
 
 def check_table(table: dict) -> None:
     """Raise ImportError unless the C core's table (_core.Core.table)
-    agrees with Python's: the same blocking ops as PRIMITIVES and the same
-    starts as START (names without the ``jaxmpi_`` prefix), the FFI
+    agrees with Python's: the same blocking ops as BLOCKING and the same
+    starts as STARTS (names without the ``jaxmpi_`` prefix), the FFI
     attributes with the same kinds, the buffer limits the validation
     assumes, and the byte size of every dtype code in _dtypes. A
     disagreement means a C core built from other sources than this Python
@@ -58,9 +53,10 @@ def check_table(table: dict) -> None:
     c_ops = {n for n, row in table["ops"].items() if not row[3]}
     c_starts = {n for n, row in table["ops"].items() if row[3]}
     for what, c_names, py_names in (("blocking ops", c_ops,
-                                     set(PRIMITIVES) | set(EXTRA_TARGETS)),
+                                     set(BLOCKING) |
+                                     set(EXTRA_BLOCKING_TARGETS)),
                                     ("non-blocking starts", c_starts,
-                                     set(START) |
+                                     set(STARTS) |
                                      set(EXTRA_START_TARGETS))):
         if c_names != py_names:
             problems.append(

@@ -29,10 +29,13 @@ import jax
 import numpy as np
 
 from . import _jax_compat as jc
+from . import _registry
 from ._effect import lower_with_token, mpi_effect
-from ._registry import START, _SPECS
 
-HANDLE = jc.ShapedArray((), np.dtype(np.float32))
+# The abstract value of a request's handle (csrc/request.h): a float32
+# scalar, so that a tangent request travels with its primal through JAX's
+# autodiff (integers get empty float0 tangents).
+HANDLE_AVAL = jc.ShapedArray((), np.dtype(np.float32))
 
 
 # ---- misuse: requests dropped, waited twice, or leaving their function ------
@@ -52,15 +55,26 @@ class _State:
     waited: bool = False
 
 
-def _describe(state):
+def describe(state):
     return f"a request of jaxmpi.{state.op} started at {state.where}"
+
+
+def raise_if_dropped(rid: int) -> None:
+    """Raise if the traced request `rid` was dropped without a wait (called
+    by the lowering of its start: nothing of the function runs)."""
+    if rid in _dropped:
+        state = _dropped.pop(rid)
+        raise RuntimeError(
+            f"jaxmpi.{state.op}: {describe(state)} was never waited in "
+            "the function that started it: pass it to jaxmpi.wait (or "
+            "waitall) there.")
 
 
 def _on_drop(state, bufs):
     if state.waited:
         return
     if state.trace is None:
-        _leaked.append(_describe(state))
+        _leaked.append(describe(state))
         _graveyard.append(bufs)
     else:
         _dropped[state.rid] = state
@@ -70,7 +84,7 @@ def check_no_leaks(fn: str) -> None:
     """Raise if a request was dropped without a wait (called by every jaxmpi
     operation before anything else)."""
     if _leaked or _dropped:
-        what = _leaked + [_describe(st) for st in _dropped.values()]
+        what = _leaked + [describe(st) for st in _dropped.values()]
         _leaked.clear()
         _dropped.clear()
         raise RuntimeError(
@@ -81,7 +95,7 @@ def check_no_leaks(fn: str) -> None:
             "its buffers are kept alive.")
 
 
-def _caller():
+def _user_line():
     f = sys._getframe(1)
     here = __file__.rsplit("/", 1)[0]
     while f is not None and (f.f_code.co_filename.startswith(here)):
@@ -147,7 +161,8 @@ class Request:
 
 @dataclass(frozen=True, eq=False)
 class _Part:
-    """One start primitive's request: its handle, its buffers, its spec."""
+    """One start primitive's request: its handle, its buffers, its wait's
+    spec."""
 
     handle: object
     bufs: tuple
@@ -164,7 +179,7 @@ def _flatten(req):
         # The trace fails: nothing of it runs, so nothing is left in flight.
         req._state.waited = True
         raise TypeError(
-            f"{_describe(req._state)} cannot leave the function that started "
+            f"{describe(req._state)} cannot leave the function that started "
             "it (returned from jit, or passed into an inner jit, loop body or "
             "cond branch): wait it in that function. Requests are issued and "
             "completed in program order; their buffers are in use by MPI.")
@@ -183,9 +198,14 @@ def _unflatten(aux, leaves):
 
 jax.tree_util.register_pytree_node(Request, _flatten, _unflatten)
 
+
+# ---- the wait primitive ---------------------------------------------------
+
+
 @dataclass(frozen=True)
-class _Spec:
-    """What a wait needs to know of its start (static, hashable)."""
+class WaitSpec:
+    """What a wait needs to know of its start (static, hashable): the
+    start's name, its parameters and which of its buffers are results."""
 
     op: str
     params: tuple          # the start's parameters, as sorted items
@@ -193,6 +213,7 @@ class _Spec:
 
     def param(self, name):
         return dict(self.params)[name]
+
 
 wait_p = jc.Primitive("jaxmpi_wait")
 wait_p.multiple_results = True
@@ -226,11 +247,16 @@ def _wait_lowering(ctx, handle, *bufs, spec):
 
 
 jc.mlir.register_lowering(wait_p, _wait_lowering, platform="cpu")
+# Its JVP, transpose and batching rule are _define's, beside the starts'.
+
+
+# ---- a Request of start primitives -----------------------------------------
+
 
 def compose(op, starts, finish, keep=()):
     """The Request of the public start `op`, made of start primitives.
 
-    `starts`: (primitive name, operands, parameters) of each, bound in
+    `starts`: (start name, operands, parameters) of each, bound in
     order under one request id (a request never waited is reported when
     the first of them is lowered). The wait waits each in order and
     returns ``finish(results, keep)``: results[i] is the list of start i's
@@ -244,10 +270,11 @@ def compose(op, starts, finish, keep=()):
     rid = 0 if clean else next(_next_rid)
     parts = []
     for name, operands, params in starts:
-        handle, *bufs = START[name].bind(*operands, rid=rid, **params)
+        row = _registry.STARTS[name]
+        handle, *bufs = row.prim.bind(*operands, rid=rid, **params)
         parts.append(_Part(handle, tuple(bufs),
-                           _SPECS[name](operands, params)))
-    state = _State(op, _caller(), rid,
+                           row.wait_spec(operands, params)))
+    state = _State(op, _user_line(), rid,
                    None if clean else jc.trace_ctx.trace)
     req = Request(parts, keep, finish, state)
     weakref.finalize(req, _on_drop, state, tuple(_leaves(req)))
@@ -264,7 +291,10 @@ def _every_result(results, keep):
     return tuple(results[0])
 
 
-def _start(name, operands, params):
+def compose_one(name, operands, params):
+    """The Request of start primitive `name` alone: its wait returns its
+    one result (None for isend and ibarrier), or every pair's for
+    ineighbor_exchange."""
     return compose(name, [(name, operands, params)],
                    _every_result if name == "ineighbor_exchange"
                    else _one_result)

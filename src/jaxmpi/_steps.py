@@ -1,8 +1,8 @@
-"""What every public operation does first: no request left unwaited,
-its ``comm`` and ``token`` checked (``_begin``); the join of a traced token
-to the order of calls (``_join``); and the steps that several operations
-share (a reduction's op, a rooted op's result where MPI delivers
-nothing)."""
+"""The steps of the public operations: what every one does first (no
+request left unwaited, its ``comm`` and ``token`` checked: ``begin``), the
+join of a traced token to the order of calls (``join``, after the other
+arguments are checked), and what several share (a reduction's arguments,
+a rooted op's result where MPI delivers nothing)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ._define import join_token_p
 from ._requests import check_no_leaks
 
 
-def _begin(fn, comm, token):
+def begin(fn, comm, token):
     """The checks every jaxmpi operation makes first, blocking or not:
     no request dropped unwaited, ``comm`` (its info) and ``token``."""
     check_no_leaks(fn)
@@ -22,29 +22,23 @@ def _begin(fn, comm, token):
     return info, tok
 
 
-def _join(tok):
+def join(tok):
     # A concrete token outside any trace is already complete, and eager calls
     # are ordered by JAX's runtime tokens: only traced tokens need joining.
     if tok is not None and not jc.trace_state_clean():
         join_token_p.bind(tok)
 
 
-def _reduction(fn, x, op, comm, token):
-    info, tok = _begin(fn, comm, token)
-    x = v.array(x, fn)
-    opinfo = v.reduction_op(op, x.dtype, fn, _core.get().half_ops)
-    _join(tok)
-    return info, x, opinfo
-
-
-def _reduction_start(fn, x, op, comm, token):
-    info, tok = _begin(fn, comm, token)
+def reduction_args(fn, x, op, comm, token):
+    """begin, then a reduction's array and op: (comm info, token, x, op
+    info)."""
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     opinfo = v.reduction_op(op, x.dtype, fn, _core.get().half_ops)
     return info, tok, x, opinfo
 
 
-def _passed_through(x, y):
+def passed_through(x, y):
     """Where a rooted op's MPI call delivers nothing, the op gives back x.
     Called eagerly with no transformation, that is x itself (as in mpi4jax);
     under jit, grad or vmap it is the primitive's copy of x, so that every

@@ -27,7 +27,7 @@ from . import _validate as v
 from ._prims_p2p import neighbor_alltoallv_p, neighbor_exchange_p
 from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
 from ._requests import Request, compose
-from ._steps import _begin, _join
+from ._steps import begin, join
 
 
 def _static_count(value, fn: str, name: str) -> int:
@@ -325,9 +325,9 @@ def halo_exchange(x, comm, width=1, *, tag=0, token=None):
             u, token = jaxmpi.halo_exchange(u, cart, width=1)  # token API
     """
     fn = "halo_exchange"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
-    _join(tok)
+    join(tok)
     out, sends = halo.pack(arrays)
     sources, dests, avals = halo.pairs(sends)
     got = []
@@ -508,10 +508,10 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
                 x, [2, rank + 1], [left + 1, 2], comm=ring)
     """
     fn = "neighbor_alltoallv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
         _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
-    _join(tok)
+    join(tok)
 
     blocks = _blocks(x, sendcounts)
     received = _Received(len(sources), tuple(x.shape[1:]), x.dtype, cartesian)
@@ -624,9 +624,9 @@ def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
             u, token = jaxmpi.wait(req, token=token)
     """
     fn = "ihalo_exchange"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
-    _join(tok)
+    join(tok)
     out, sends = halo.pack(arrays)
     sources, dests, avals = halo.pairs(sends)
     return compose(fn, _exchanges(info, sends, sources, dests, avals,
@@ -705,10 +705,10 @@ def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
             y, token = jaxmpi.wait(req, token=token)
     """
     fn = "ineighbor_alltoallv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
         _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
-    _join(tok)
+    join(tok)
 
     blocks = _blocks(x, sendcounts)
     received = _Received(len(sources), tuple(x.shape[1:]), x.dtype, cartesian)

@@ -6,13 +6,12 @@ x.shape[1:]). Zeros allowed."""
 
 from __future__ import annotations
 
-from . import _core
-from . import _pytree
+from . import _core, _pytree
 from . import _validate as v
-from ._requests import Request, _start
-from ._steps import _begin, _join, _passed_through, _reduction_start
 from ._prims_vcollectives import (allgatherv_p, alltoallv_p, gatherv_p,
                                   reduce_scatter_p, scatterv_p)
+from ._requests import Request, compose_one
+from ._steps import begin, join, passed_through, reduction_args
 
 
 @_pytree.tree_op(rows=True)
@@ -65,10 +64,10 @@ def allgatherv(x, counts, *, comm=None, token=None):
             y, token = jaxmpi.allgatherv(x, counts)   # token API
     """
     fn = "allgatherv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     counts = v.allgatherv_args(x, counts, fn, info)
-    _join(tok)
+    join(tok)
     return allgatherv_p.bind(x, comm=info, counts=counts)[0]
 
 
@@ -136,11 +135,11 @@ def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
             y, token = jaxmpi.wait(req, token=token)
     """
     fn = "iallgatherv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     counts = v.allgatherv_args(x, counts, fn, info)
-    _join(tok)
-    return _start(fn, (x,), dict(comm=info, counts=counts))
+    join(tok)
+    return compose_one(fn, (x,), dict(comm=info, counts=counts))
 
 
 @_pytree.tree_op(rows=True)
@@ -193,12 +192,12 @@ def gatherv(x, counts, root, *, comm=None, token=None):
             y, token = jaxmpi.gatherv(x, [0, 1, 2], 0)   # token API
     """
     fn = "gatherv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     counts, root = v.gatherv_args(x, counts, root, fn, info)
-    _join(tok)
+    join(tok)
     (y,) = gatherv_p.bind(x, comm=info, counts=counts, root=root)
-    return y if info.rank == root else _passed_through(x, y)
+    return y if info.rank == root else passed_through(x, y)
 
 
 def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
@@ -267,11 +266,11 @@ def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
             y, token = jaxmpi.wait(req, token=token)
     """
     fn = "igatherv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     counts, root = v.gatherv_args(x, counts, root, fn, info)
-    _join(tok)
-    return _start(fn, (x,), dict(comm=info, counts=counts, root=root))
+    join(tok)
+    return compose_one(fn, (x,), dict(comm=info, counts=counts, root=root))
 
 
 @_pytree.tree_op(rows=True)
@@ -328,10 +327,10 @@ def scatterv(x, counts, root, *, comm=None, token=None):
             y, token = jaxmpi.scatterv(x, counts, 0)   # token API
     """
     fn = "scatterv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     counts, root = v.scatterv_args(x, counts, root, fn, info)
-    _join(tok)
+    join(tok)
     return scatterv_p.bind(x, comm=info, counts=counts, root=root)[0]
 
 
@@ -403,11 +402,11 @@ def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
             y, token = jaxmpi.wait(req, token=token)
     """
     fn = "iscatterv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     counts, root = v.scatterv_args(x, counts, root, fn, info)
-    _join(tok)
-    return _start(fn, (x,), dict(comm=info, counts=counts, root=root))
+    join(tok)
+    return compose_one(fn, (x,), dict(comm=info, counts=counts, root=root))
 
 
 @_pytree.tree_op(rows=True)
@@ -467,13 +466,13 @@ def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
             y, token = jaxmpi.alltoallv(x, send, recv)   # token API
     """
     fn = "alltoallv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     sendcounts, recvcounts = v.alltoallv_args(x, sendcounts, recvcounts, fn,
                                               info)
-    _join(tok)
+    join(tok)
     return alltoallv_p.bind(x, comm=info, sendcounts=sendcounts,
-                                 recvcounts=recvcounts)[0]
+                            recvcounts=recvcounts)[0]
 
 
 def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
@@ -548,13 +547,13 @@ def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
             y, token = jaxmpi.wait(req, token=token)
     """
     fn = "ialltoallv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     sendcounts, recvcounts = v.alltoallv_args(x, sendcounts, recvcounts, fn,
                                               info)
-    _join(tok)
-    return _start(fn, (x,), dict(comm=info, sendcounts=sendcounts,
-                                 recvcounts=recvcounts))
+    join(tok)
+    return compose_one(fn, (x,), dict(comm=info, sendcounts=sendcounts,
+                                      recvcounts=recvcounts))
 
 
 @_pytree.tree_op(rows=True)
@@ -618,13 +617,13 @@ def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
             y, token = jaxmpi.reduce_scatter(x, MPI.SUM)  # token API
     """
     fn = "reduce_scatter"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token)
     x = v.array(x, fn)
     opinfo = v.reduction_op(op, x.dtype, fn, _core.get().half_ops)
     counts = v.reduce_scatter_counts(x, counts, fn, info)
-    _join(tok)
+    join(tok)
     return reduce_scatter_p.bind(x, comm=info, op=opinfo,
-                                      counts=counts)[0]
+                                 counts=counts)[0]
 
 
 def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
@@ -704,7 +703,7 @@ def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
             y, token = jaxmpi.wait(req, token=token)
     """
     fn = "ireduce_scatter"
-    info, tok, x, opinfo = _reduction_start(fn, x, op, comm, token)
+    info, tok, x, opinfo = reduction_args(fn, x, op, comm, token)
     counts = v.reduce_scatter_counts(x, counts, fn, info)
-    _join(tok)
-    return _start(fn, (x,), dict(comm=info, op=opinfo, counts=counts))
+    join(tok)
+    return compose_one(fn, (x,), dict(comm=info, op=opinfo, counts=counts))

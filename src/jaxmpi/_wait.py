@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from . import _jax_compat as jc
+from . import _registry
 from . import _validate as v
-from ._registry import _AFTER_WAIT
-from ._requests import Request, _describe, wait_p
-from ._steps import _join
+from ._requests import Request, describe, wait_p
+from ._steps import join
 
 
 def wait(request, *, token=None):
@@ -62,23 +62,23 @@ def wait(request, *, token=None):
                         f"{type(request).__name__}: {request!r}")
     state = request._state
     if state.waited:
-        raise RuntimeError(f"jaxmpi.wait: {_describe(state)} was already "
+        raise RuntimeError(f"jaxmpi.wait: {describe(state)} was already "
                            "waited: wait each request once")
     clean = jc.trace_state_clean()
     current = None if clean else jc.trace_ctx.trace
     if current is not state.trace:
         state.waited = True  # the trace fails: nothing of it runs
         raise RuntimeError(
-            f"jaxmpi.wait: {_describe(state)} must be waited in the function "
+            f"jaxmpi.wait: {describe(state)} must be waited in the function "
             "that started it (the same jit, loop body, cond branch or "
             "transformation), not in another one")
     tok = v.token_arg(token, "wait")
-    _join(tok)
+    join(tok)
     state.waited = True
     results = []
     for part in request._parts:
         outs = wait_p.bind(part.handle, *part.bufs, spec=part.spec)
-        after = _AFTER_WAIT.get(part.spec.op)
+        after = _registry.STARTS[part.spec.op].after_wait
         results.append(after(outs, part.spec) if after else outs)
     return request._finish(results, request._keep)
 
@@ -128,5 +128,5 @@ def waitall(requests, *, token=None):
     if len({id(r._state) for r in requests}) != len(requests):
         raise RuntimeError("jaxmpi.waitall: the same request appears twice")
     tok = v.token_arg(token, "waitall")
-    _join(tok)
+    join(tok)
     return [wait(r) for r in requests]

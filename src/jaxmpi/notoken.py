@@ -78,7 +78,7 @@ RuntimeError: a request was dropped without a wait: raised by the
     runs).
 """
 _GPU_RAISES = _re.compile(r"^( *)NotImplementedError: the call is compiled "
-                         r"for a GPU", _re.M)
+                          r"for a GPU", _re.M)
 for _name in [n for n in __all__ if n.startswith("i") and n in (
         "isend", "irecv", "isendrecv", "iallreduce", "ibcast", "ibarrier", "ireduce", "iscan", "igather", "iscatter", "iallgather", "ialltoall", "ineighbor_exchange", "iexscan", "ireduce_scatter", "iallgatherv", "igatherv", "iscatterv", "ialltoallv", "ihalo_exchange", "ineighbor_alltoallv")]:
     _fn = globals()[_name]

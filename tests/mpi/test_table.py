@@ -32,7 +32,7 @@ def test_the_table_agrees_with_python():
                                     "buffers"])
 def test_a_disagreement_is_an_import_error(tamper, monkeypatch):
     t = copy.deepcopy(_table())
-    prims, starts = dict(_registry.PRIMITIVES), dict(_registry.START)
+    prims, starts = dict(_registry.BLOCKING), dict(_registry.STARTS)
     if tamper == "c_op":
         t["ops"]["reduce_everything"] = (1, 1, ("comm",), False)
     elif tamper == "py_op":
@@ -48,8 +48,8 @@ def test_a_disagreement_is_an_import_error(tamper, monkeypatch):
     word = {"c_op": "reduce_everything", "py_op": "scan", "start": "ibcast",
             "attr": "dests", "dtype": "float64", "buffers": "buffers per call"}
     with monkeypatch.context() as m:
-        m.setattr(_registry, "PRIMITIVES", prims)
-        m.setattr(_registry, "START", starts)
+        m.setattr(_registry, "BLOCKING", prims)
+        m.setattr(_registry, "STARTS", starts)
         with pytest.raises(ImportError,
                            match="does not match its Python package") as e:
             _registry.check_table(t)
@@ -72,6 +72,6 @@ def test_both_apis_are_made_from_the_one_list():
     # or is reached through one (wait/waitall are Python-level)
     # (EXTRA_TARGETS are reached through another op)
     for name, row in _table()["ops"].items():
-        if name not in (*_registry.EXTRA_TARGETS,
+        if name not in (*_registry.EXTRA_BLOCKING_TARGETS,
                         *_registry.EXTRA_START_TARGETS):
             assert hasattr(notoken, name), name
