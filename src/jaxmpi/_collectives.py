@@ -28,57 +28,31 @@ def _direct(x, run, arg, comm):
 def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
     """Reduce ``x`` over all ranks with ``op``; every rank gets the result.
 
-    MPI_Allreduce.
+    MPI_Allreduce. Derivatives for ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX`` and
+    ``MPI.MIN``. ``adjoint`` chooses how reverse mode treats the replicated
+    result (docs/autodiff.md): ``"replicated"`` (the default, as in mpi4jax and
+    JPI) counts its cotangent once, ``"sum"`` is the exact adjoint.
 
     Args:
-        x: the array to reduce (a JAX or NumPy array, or a scalar), the same
-            shape and dtype on every rank.
-        op: an mpi4py reduction op: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX``,
-            ``MPI.MIN``, the logical and bitwise ops for integers and bool,
-            or a user-defined ``MPI.Op``.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
-        adjoint: how reverse-mode AD treats the replicated result:
-            ``"replicated"`` (default, as mpi4jax and JPI) counts its
-            cotangent once, so the transpose is the identity; ``"sum"`` is
-            the exact adjoint of the map from all ranks' inputs to all
-            ranks' outputs (an allreduce of the cotangents). See
-            docs/autodiff.md.
+        x: the array to reduce, the same shape and dtype on every rank.
+        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
+        adjoint: ``"replicated"`` (default) or ``"sum"``, as above.
 
     Returns:
-        An array of ``x``'s shape and dtype: ``op`` over every rank's ``x``.
+        ``op`` over every rank's ``x``: an array of ``x``'s shape and dtype.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
+        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
         ValueError: ``adjoint`` is not ``"replicated"`` or ``"sum"``.
+        NotImplementedError: a derivative with any other ``op``.
 
     Example:
-        Sum over 4 ranks (``mpirun -n 4``), inside ``jax.jit``::
-
-            from mpi4py import MPI
-            import jax, jax.numpy as jnp
-            import jaxmpi, jaxmpi.notoken as mpx
+        Sum over 4 ranks (``mpirun -n 4``), inside ``jax.jit``:
 
             f = jax.jit(lambda x: mpx.allreduce(x, MPI.SUM))
-            f(jnp.ones(3))                      # [4. 4. 4.] on every rank
-            y, token = jaxmpi.allreduce(jnp.ones(3), MPI.SUM)  # token API
+            f(jnp.ones(3))                  # [4. 4. 4.] on every rank
     """
     if adjoint not in ("replicated", "sum"):
         raise ValueError(
@@ -93,68 +67,35 @@ def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
 
 def iallreduce(x, op, *, comm=None, token=None,
                adjoint="replicated") -> Request:
-    """Start reducing ``x`` over all ranks with ``op``; every rank gets
-    the result.
+    """Start reducing ``x`` over all ranks with ``op``, on every rank.
 
-    MPI_Iallreduce. The non-blocking form of ``allreduce``; it matches only
-    ``iallreduce`` on the other ranks (MPI never matches MPI_Iallreduce
-    with MPI_Allreduce).
+    MPI_Iallreduce, the non-blocking form of ``allreduce``; it matches only
+    ``iallreduce`` on the other ranks (MPI never matches MPI_Iallreduce with
+    MPI_Allreduce). Derivatives for ``MPI.SUM``, with ``allreduce``'s
+    ``adjoint`` (``"sum"``: the cotangents' allreduce as a backward request).
 
     Args:
-        x: the array to reduce (a JAX or NumPy array, or a scalar), the same
-            shape and dtype on every rank. Reduced in place in the
-            request's buffer (XLA copies ``x`` first where it is still used
-            after the start).
-        op: an mpi4py reduction op: ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX``,
-            ``MPI.MIN``, the logical and bitwise ops for integers and bool,
-            or a user-defined ``MPI.Op``. Derivatives: ``MPI.SUM`` only.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
-        adjoint: how reverse-mode AD treats the replicated result, as for
-            ``allreduce``: ``"replicated"`` (default) counts its cotangent
-            once, so the transpose is the identity; ``"sum"`` is the exact
-            adjoint (an allreduce of the cotangents, as a backward request).
-            See docs/autodiff.md.
+        x: the array to reduce, the same shape and dtype on every rank.
+        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
+        adjoint: ``"replicated"`` (default) or ``"sum"``, as for ``allreduce``.
 
     Returns:
-        A ``Request`` holding the MPI_Iallreduce in flight and its buffer;
-        ``wait`` on it returns an array of ``x``'s shape and dtype: ``op``
-        over every rank's ``x``.
+        A ``Request``; ``wait`` on it returns ``op`` over every rank's ``x``.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), ``op`` is not defined for the dtype, ``comm``
-            is not an intracommunicator, or ``token`` is not a token.
-        ValueError: an array lives on more than one device (jaxmpi needs one
-            JAX device per process).
+        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
         ValueError: ``adjoint`` is not ``"replicated"`` or ``"sum"``.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        NotImplementedError: differentiating with an ``op`` other than
+        NotImplementedError: a derivative with an ``op`` other than
             ``MPI.SUM``.
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``); a count the
-            non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
 
     Example:
-        Overlap a gradient sum with other work, inside ``jax.jit``::
+        Overlap a gradient sum with other work, inside ``jax.jit``:
 
             req = mpx.iallreduce(grads, MPI.SUM)
-            loss = more_compute(params)          # while the sum travels
-            total = mpx.wait(req)                # the sum over all ranks
-            req, token = jaxmpi.iallreduce(grads, MPI.SUM)   # token API
-            total, token = jaxmpi.wait(req, token=token)
+            loss = more_compute(params)     # while the sum travels
+            total = mpx.wait(req)           # the sum over all ranks
     """
     if adjoint not in ("replicated", "sum"):
         raise ValueError(
@@ -171,45 +112,28 @@ def iallreduce(x, op, *, comm=None, token=None,
 def reduce(x, op, root, *, comm=None, token=None):
     """Reduce ``x`` over all ranks with ``op`` onto ``root``.
 
-    MPI_Reduce.
+    MPI_Reduce. Derivatives for ``MPI.SUM``.
 
     Args:
         x: the array to reduce, the same shape and dtype on every rank.
-        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
-            ``allreduce``.
+        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
         root: the rank that gets the result (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        On ``root``, the reduced array (``x``'s shape and dtype); on other
-        ranks, ``x`` unchanged.
+        On ``root``, ``op`` over every rank's ``x``; elsewhere ``x`` unchanged.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
+        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
+        ValueError: ``root`` is not a rank of ``comm``.
+        NotImplementedError: a derivative with an ``op`` other than
+            ``MPI.SUM``.
 
     Example:
-        ``mpirun -n 4``::
+        ``mpirun -n 4``:
 
-            y = mpx.reduce(jnp.ones(3) * rank, MPI.SUM, 0)  # rank 0: [6. 6. 6.]
-            y, token = jaxmpi.reduce(x, MPI.MAX, 0)         # token API
+            y = mpx.reduce(jnp.full(3, rank), MPI.SUM, 0)  # rank 0: [6 6 6]
     """
     info, tok, x, opinfo = reduction_args("reduce", x, op, comm, token)
     join(tok)
@@ -221,56 +145,32 @@ def reduce(x, op, root, *, comm=None, token=None):
 def ireduce(x, op, root, *, comm=None, token=None) -> Request:
     """Start reducing ``x`` over all ranks with ``op`` onto ``root``.
 
-    MPI_Ireduce. The non-blocking form of ``reduce``; it matches only
-    ``ireduce`` on the other ranks.
+    MPI_Ireduce, the non-blocking form of ``reduce``; it matches only
+    ``ireduce`` on the other ranks. Derivatives for ``MPI.SUM``.
 
     Args:
         x: the array to reduce, the same shape and dtype on every rank.
-        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
-            ``allreduce``. Derivatives: ``MPI.SUM`` only.
+        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
         root: the rank that gets the result (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Ireduce in flight and its buffer;
-        ``wait`` on it returns, on ``root``, the reduced array (``x``'s
-        shape and dtype) and, on other ranks, ``x`` unchanged.
+        A ``Request``; ``wait`` on it returns, on ``root``, ``op`` over every
+        rank's ``x``, elsewhere ``x`` unchanged.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a root is not a static int, ``op`` is not
-            defined for the dtype, ``comm`` is not an intracommunicator, or
-            ``token`` is not a token.
-        ValueError: a root is out of range, or an array lives on more than one
-            device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        NotImplementedError: differentiating with an ``op`` other than
+        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
+        ValueError: ``root`` is not a rank of ``comm``.
+        NotImplementedError: a derivative with an ``op`` other than
             ``MPI.SUM``.
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``); a count the
-            non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
 
     Example:
-        ``mpirun -n 4``::
+        ``mpirun -n 4``:
 
             req = mpx.ireduce(jnp.ones(3) * rank, MPI.SUM, 0)
-            z = compute(w)
-            y = mpx.wait(req)                    # rank 0: [6. 6. 6.]
-            req, token = jaxmpi.ireduce(x, MPI.MAX, 0)   # token API
-            y, token = jaxmpi.wait(req, token=token)
+            z = compute(w)                  # while the reduction runs
+            y = mpx.wait(req)               # rank 0: [6. 6. 6.]
     """
     info, tok, x, opinfo = reduction_args("ireduce", x, op, comm, token)
     root = v.rank_arg(root, "ireduce", "root", info)
@@ -282,44 +182,27 @@ def ireduce(x, op, root, *, comm=None, token=None) -> Request:
 def scan(x, op, *, comm=None, token=None):
     """Inclusive prefix reduction: rank r gets ``op`` over ranks 0..r.
 
-    MPI_Scan.
+    MPI_Scan. Derivatives for ``MPI.SUM``.
 
     Args:
         x: the array to reduce, the same shape and dtype on every rank.
-        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
-            ``allreduce``.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        An array of ``x``'s shape and dtype: ``op`` over the ``x`` of ranks
-        0 to this rank.
+        ``op`` over the ``x`` of ranks 0 to this rank, of ``x``'s shape and
+        dtype.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
+        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
+        NotImplementedError: a derivative with an ``op`` other than
+            ``MPI.SUM``.
 
     Example:
-        ``mpirun -n 4``::
+        ``mpirun -n 4``:
 
             y = mpx.scan(jnp.ones(2), MPI.SUM)   # rank r: [r + 1, r + 1]
-            y, token = jaxmpi.scan(x, MPI.SUM)   # token API
     """
     info, tok, x, opinfo = reduction_args("scan", x, op, comm, token)
     join(tok)
@@ -330,55 +213,31 @@ def scan(x, op, *, comm=None, token=None):
 
 
 def iscan(x, op, *, comm=None, token=None) -> Request:
-    """Start an inclusive prefix reduction: rank r gets ``op`` over
-    ranks 0..r.
+    """Start an inclusive prefix reduction: ``op`` over ranks 0..r.
 
-    MPI_Iscan. The non-blocking form of ``scan``; it matches only ``iscan``
-    on the other ranks.
+    MPI_Iscan, the non-blocking form of ``scan``; it matches only ``iscan`` on
+    the other ranks. Derivatives for ``MPI.SUM``.
 
     Args:
         x: the array to reduce, the same shape and dtype on every rank.
-        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
-            ``allreduce``. Derivatives: ``MPI.SUM`` only.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Iscan in flight and its buffer;
-        ``wait`` on it returns an array of ``x``'s shape and dtype: ``op``
-        over the ``x`` of ranks 0 to this rank.
+        A ``Request``; ``wait`` on it returns ``op`` over the ``x`` of ranks 0
+        to this rank.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), ``op`` is not defined for the dtype, ``comm``
-            is not an intracommunicator, or ``token`` is not a token.
-        ValueError: an array lives on more than one device (jaxmpi needs one
-            JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        NotImplementedError: differentiating with an ``op`` other than
+        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
+        NotImplementedError: a derivative with an ``op`` other than
             ``MPI.SUM``.
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``); a count the
-            non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
 
     Example:
-        ``mpirun -n 4``::
+        ``mpirun -n 4``:
 
-            y = mpx.wait(mpx.iscan(jnp.ones(2), MPI.SUM))  # rank r: [r+1, r+1]
-            req, token = jaxmpi.iscan(x, MPI.SUM)           # token API
-            y, token = jaxmpi.wait(req, token=token)
+            req = mpx.iscan(jnp.ones(2), MPI.SUM)
+            y = mpx.wait(req)               # rank r: [r + 1, r + 1]
     """
     info, tok, x, opinfo = reduction_args("iscan", x, op, comm, token)
     join(tok)
@@ -387,54 +246,35 @@ def iscan(x, op, *, comm=None, token=None) -> Request:
 
 @_pytree.tree_op()
 def exscan(x, op, *, comm=None, token=None):
-    """Exclusive prefix reduction: rank r gets ``op`` over ranks 0..r-1;
-    rank 0 gets the identity of ``op``.
+    """Exclusive prefix reduction: rank r gets ``op`` over ranks 0..r-1.
 
-    MPI_Exscan. MPI leaves rank 0's result undefined; jaxmpi gives it the
-    identity: zeros for ``MPI.SUM`` (and ``BOR``, ``BXOR``, ``LOR``,
-    ``LXOR``), ones for ``MPI.PROD`` (and ``LAND``), all bits set for
-    ``BAND``, the dtype's lowest value for ``MPI.MAX`` and its highest for
-    ``MPI.MIN`` (``-inf``/``+inf`` for floating types, ``iinfo`` bounds for
-    integers). Typical use: the offset of each rank's variable-size data,
-    ``exscan(n_local, MPI.SUM)``.
+    MPI_Exscan. MPI leaves rank 0's result undefined; jaxmpi gives it ``op``'s
+    identity: zeros for ``MPI.SUM`` (and ``BOR``, ``BXOR``, ``LOR``, ``LXOR``),
+    ones for ``MPI.PROD`` (and ``LAND``), all bits set for ``BAND``, the
+    dtype's lowest value for ``MPI.MAX`` and its highest for ``MPI.MIN``.
+    Typical use: the offset of each rank's variable-size data,
+    ``exscan(n_local, MPI.SUM)``. Derivatives for ``MPI.SUM``.
 
     Args:
         x: the array to reduce, the same shape and dtype on every rank.
-        op: a predefined mpi4py reduction op (``MPI.SUM``, ``MPI.PROD``,
-            ``MPI.MAX``, ``MPI.MIN``, the logical and bitwise ops for
-            integers and bool); not a user-defined ``MPI.Op``, whose
-            identity jaxmpi cannot know.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        op: a predefined mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...).
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        An array of ``x``'s shape and dtype: ``op`` over the ``x`` of ranks
-        0 to this rank - 1 (on rank 0, the identity of ``op``).
+        ``op`` over the ``x`` of ranks 0 to this rank - 1 (rank 0: the
+        identity), of ``x``'s shape and dtype.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), ``op`` is not defined for the dtype or is
-            user-defined, ``comm`` is not an intracommunicator, or
-            ``token`` is not a token.
-        ValueError: an array lives on more than one device (jaxmpi needs
-            one JAX device per process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
+        TypeError: ``op`` is not a predefined reduction op defined for the
+            dtype.
+        NotImplementedError: a derivative with an ``op`` other than
+            ``MPI.SUM``.
 
     Example:
-        ``mpirun -n 4``::
+        ``mpirun -n 4``:
 
             y = mpx.exscan(jnp.ones(2), MPI.SUM)   # rank r: [r, r]
-            y, token = jaxmpi.exscan(x, MPI.SUM)   # token API
     """
     info, tok, x, opinfo = reduction_args("exscan", x, op, comm, token)
     join(tok)
@@ -443,68 +283,34 @@ def exscan(x, op, *, comm=None, token=None):
 
 
 def iexscan(x, op, *, comm=None, token=None) -> Request:
-    """Start an exclusive prefix reduction: rank r gets ``op`` over ranks
-    0..r-1; rank 0 gets the identity of ``op``.
+    """Start an exclusive prefix reduction: ``op`` over ranks 0..r-1.
 
-    MPI_Iexscan. The non-blocking form of ``exscan``; it matches only
-    ``iexscan`` on the other ranks. MPI leaves rank 0's result undefined;
-    the wait gives it the identity, as ``exscan`` does: zeros for
-    ``MPI.SUM`` (and ``BOR``, ``BXOR``, ``LOR``, ``LXOR``), ones for
-    ``MPI.PROD`` (and ``LAND``), all bits set for ``BAND``, the dtype's
-    lowest value for ``MPI.MAX`` and its highest for ``MPI.MIN``.
+    MPI_Iexscan, the non-blocking form of ``exscan``; it matches only
+    ``iexscan`` on the other ranks. The wait gives rank 0 ``op``'s identity, as
+    ``exscan`` does. Derivatives for ``MPI.SUM``.
 
     Args:
         x: the array to reduce, the same shape and dtype on every rank.
-            Reduced in place in the request's buffer (XLA copies ``x``
-            first where it is still used after the start).
-        op: a predefined mpi4py reduction op (``MPI.SUM``, ``MPI.PROD``,
-            ``MPI.MAX``, ``MPI.MIN``, the logical and bitwise ops for
-            integers and bool); not a user-defined ``MPI.Op``, whose
-            identity jaxmpi cannot know. Derivatives: ``MPI.SUM`` only.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        op: a predefined mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...).
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Iexscan in flight and its buffer;
-        ``wait`` on it returns an array of ``x``'s shape and dtype: ``op``
-        over the ``x`` of ranks 0 to this rank - 1 (on rank 0, the identity
-        of ``op``).
+        A ``Request``; ``wait`` on it returns ``op`` over the ``x`` of ranks 0
+        to this rank - 1 (rank 0: the identity).
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), ``op`` is not defined for the dtype or is
-            user-defined, ``comm`` is not an intracommunicator, or
-            ``token`` is not a token.
-        ValueError: an array lives on more than one device (jaxmpi needs one
-            JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        NotImplementedError: differentiating with an ``op`` other than
+        TypeError: ``op`` is not a predefined reduction op defined for the
+            dtype.
+        NotImplementedError: a derivative with an ``op`` other than
             ``MPI.SUM``.
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``); a count the
-            non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
 
     Example:
-        ``mpirun -n 4``, the offset of each rank's rows::
+        ``mpirun -n 4``, the offset of each rank's rows:
 
             req = mpx.iexscan(jnp.array(n_local), MPI.SUM)
             z = compute(w)
-            offset = mpx.wait(req)                # rank 0: 0
-            y = mpx.wait(mpx.iexscan(jnp.ones(2), MPI.SUM))  # rank r: [r, r]
-            req, token = jaxmpi.iexscan(x, MPI.SUM)          # token API
-            y, token = jaxmpi.wait(req, token=token)
+            offset = mpx.wait(req)          # rank 0: 0
     """
     info, tok, x, opinfo = reduction_args("iexscan", x, op, comm, token)
     v.predefined_op(opinfo, "iexscan")
@@ -519,40 +325,21 @@ def bcast(x, root, *, comm=None, token=None):
     MPI_Bcast.
 
     Args:
-        x: on ``root``, the array to send; on other ranks, a template that
-            gives the result's shape and dtype (its data is not used).
+        x: on ``root``, the array to send; elsewhere a template of its shape.
         root: the rank whose ``x`` is sent (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
         The root's ``x``, on every rank (on the root, ``x`` itself).
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
+        ValueError: ``root`` is not a rank of ``comm``.
 
     Example:
-        Give every rank rank 0's parameters::
+        Give every rank rank 0's parameters:
 
-            params = mpx.bcast(params, 0)        # one array
-            params, token = jaxmpi.bcast(params, 0)  # token API
+            params = mpx.bcast(params, 0)
     """
     info, tok = begin("bcast", comm, token)
     x = v.array(x, "bcast")
@@ -568,51 +355,27 @@ def bcast(x, root, *, comm=None, token=None):
 def ibcast(x, root, *, comm=None, token=None) -> Request:
     """Start broadcasting the root's ``x`` to every rank.
 
-    MPI_Ibcast. The non-blocking form of ``bcast``; it matches only
-    ``ibcast`` on the other ranks.
+    MPI_Ibcast, the non-blocking form of ``bcast``; it matches only ``ibcast``
+    on the other ranks.
 
     Args:
-        x: on ``root``, the array to send; on other ranks, a template that
-            gives the result's shape and dtype (its data is not used).
+        x: on ``root``, the array to send; elsewhere a template of its shape.
         root: the rank whose ``x`` is sent (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Ibcast in flight and its buffer;
-        ``wait`` on it returns the root's ``x`` on every rank.
+        A ``Request``; ``wait`` on it returns the root's ``x``, on every rank.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a root is not a static int, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a root is out of range, or an array lives on more than one
-            device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``); a count the
-            non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
+        ValueError: ``root`` is not a rank of ``comm``.
 
     Example:
-        Give every rank rank 0's parameters while computing::
+        Give every rank rank 0's parameters while computing:
 
             req = mpx.ibcast(params, 0)
             z = compute(w)
             params = mpx.wait(req)
-            req, token = jaxmpi.ibcast(params, 0)    # token API
-            params, token = jaxmpi.wait(req, token=token)
     """
     info, tok = begin("ibcast", comm, token)
     x = v.array(x, "ibcast")
@@ -630,38 +393,20 @@ def gather(x, root, *, comm=None, token=None):
     Args:
         x: this rank's array, the same shape and dtype on every rank.
         root: the rank that gets the result (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        On ``root``, an array of shape ``(size, *x.shape)`` whose row ``r``
-        is rank r's ``x``; on other ranks, ``x`` unchanged.
+        On ``root``, shape ``(size, *x.shape)``, row r rank r's ``x``;
+        elsewhere ``x`` unchanged.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
+        ValueError: ``root`` is not a rank of ``comm``.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
             y = mpx.gather(jnp.full(2, rank), 0)  # rank 0: [[0 0] [1 1] [2 2]]
-            y, token = jaxmpi.gather(x, 0)        # token API
     """
     info, tok = begin("gather", comm, token)
     x = v.array(x, "gather")
@@ -672,55 +417,29 @@ def gather(x, root, *, comm=None, token=None):
 
 
 def igather(x, root, *, comm=None, token=None) -> Request:
-    """Start gathering every rank's ``x`` on the root, stacked along a new
-    axis 0.
+    """Start gathering every rank's ``x`` on the root, along a new axis 0.
 
-    MPI_Igather. The non-blocking form of ``gather``; it matches only
+    MPI_Igather, the non-blocking form of ``gather``; it matches only
     ``igather`` on the other ranks.
 
     Args:
-        x: this rank's array, the same shape and dtype on every rank (at
-            most ``JAXMPI_MAX_COUNT``, default ``INT_MAX``, elements).
+        x: this rank's array, the same shape and dtype on every rank.
         root: the rank that gets the result (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Igather in flight and its buffers;
-        ``wait`` on it returns, on ``root``, an array of shape
-        ``(size, *x.shape)`` whose row ``r`` is rank r's ``x`` and, on
-        other ranks, ``x`` unchanged.
+        A ``Request``; ``wait`` on it returns, on ``root``, every rank's ``x``
+        stacked (``(size, *x.shape)``), elsewhere ``x`` unchanged.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a root is not a static int, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a root is out of range, or an array lives on more than one
-            device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``); a count the
-            non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
+        ValueError: ``root`` is not a rank of ``comm``.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
             y = mpx.wait(mpx.igather(jnp.full(2, rank), 0))
             # rank 0: [[0 0] [1 1] [2 2]]
-            req, token = jaxmpi.igather(x, 0)        # token API
-            y, token = jaxmpi.wait(req, token=token)
     """
     info, tok = begin("igather", comm, token)
     x = v.array(x, "igather")
@@ -736,45 +455,23 @@ def scatter(x, root, *, comm=None, token=None):
     MPI_Scatter.
 
     Args:
-        x: on ``root``, an array of shape ``(size, ...)``; on other ranks, a
-            template of the result's shape ``x.shape[1:]`` and dtype (its
-            data is not used).
+        x: on ``root``, shape ``(size, ...)``; elsewhere a template of a row.
         root: the rank whose ``x`` is scattered (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        On every rank r, the root's ``x[r]`` (shape ``x.shape[1:]`` on the
-        root; on the other ranks, their template's shape).
+        The root's ``x[r]`` on rank r (shape ``x.shape[1:]`` of the root's).
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
-        ValueError: on the root, ``x.shape[0]`` is not the communicator's
-            size.
+        ValueError: ``root`` is not a rank of ``comm``, or the root's ``x`` has
+            not ``size`` rows.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
             x = jnp.arange(6.0).reshape(3, 2) if rank == 0 else jnp.zeros(2)
-            y = mpx.scatter(x, 0)                 # rank r: [2r, 2r + 1]
-            y, token = jaxmpi.scatter(x, 0)       # token API
+            y = mpx.scatter(x, 0)           # rank r: [2r, 2r + 1]
     """
     info, tok = begin("scatter", comm, token)
     x = v.array(x, "scatter")
@@ -788,54 +485,27 @@ def scatter(x, root, *, comm=None, token=None):
 def iscatter(x, root, *, comm=None, token=None) -> Request:
     """Start scattering the root's ``x[r]`` to rank r.
 
-    MPI_Iscatter. The non-blocking form of ``scatter``; it matches only
+    MPI_Iscatter, the non-blocking form of ``scatter``; it matches only
     ``iscatter`` on the other ranks.
 
     Args:
-        x: on ``root``, an array of shape ``(size, ...)``; on other ranks, a
-            template of the result's shape ``x.shape[1:]`` and dtype (its
-            data is not used). At most ``JAXMPI_MAX_COUNT`` (default
-            ``INT_MAX``) elements per block.
+        x: on ``root``, shape ``(size, ...)``; elsewhere a template of a row.
         root: the rank whose ``x`` is scattered (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Iscatter in flight and its buffers;
-        ``wait`` on it returns, on every rank r, the root's ``x[r]``.
+        A ``Request``; ``wait`` on it returns the root's ``x[r]`` on rank r.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a root is not a static int, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a root is out of range, or an array lives on more than one
-            device (jaxmpi needs one JAX device per process).
-        ValueError: on the root, ``x.shape[0]`` is not the communicator's
-            size.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``); a count the
-            non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
+        ValueError: ``root`` is not a rank of ``comm``, or the root's ``x`` has
+            not ``size`` rows.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
             x = jnp.arange(6.0).reshape(3, 2) if rank == 0 else jnp.zeros(2)
-            y = mpx.wait(mpx.iscatter(x, 0))     # rank r: [2r, 2r + 1]
-            req, token = jaxmpi.iscatter(x, 0)   # token API
-            y, token = jaxmpi.wait(req, token=token)
+            y = mpx.wait(mpx.iscatter(x, 0))  # rank r: [2r, 2r + 1]
     """
     info, tok = begin("iscatter", comm, token)
     x = v.array(x, "iscatter")
@@ -848,44 +518,22 @@ def iscatter(x, root, *, comm=None, token=None) -> Request:
 
 @_pytree.tree_op()
 def allgather(x, *, comm=None, token=None):
-    """Gather every rank's ``x`` on every rank.
+    """Gather every rank's ``x`` on every rank, stacked along a new axis 0.
 
     MPI_Allgather.
 
     Args:
         x: this rank's array, the same shape and dtype on every rank.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        An array of shape ``(size, *x.shape)`` whose row ``r`` is rank r's
-        ``x``, on every rank.
-
-    Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
+        An array of shape ``(size, *x.shape)`` whose row r is rank r's ``x``.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
-            y = mpx.allgather(jnp.full(2, rank))  # [[0 0] [1 1] [2 2]]
-            y, token = jaxmpi.allgather(x)        # token API
+            y = mpx.allgather(jnp.full(2, rank))   # [[0 0] [1 1] [2 2]]
     """
     info, tok = begin("allgather", comm, token)
     x = v.array(x, "allgather")
@@ -899,51 +547,23 @@ def allgather(x, *, comm=None, token=None):
 def iallgather(x, *, comm=None, token=None) -> Request:
     """Start gathering every rank's ``x`` on every rank.
 
-    MPI_Iallgather. The non-blocking form of ``allgather``; it matches only
+    MPI_Iallgather, the non-blocking form of ``allgather``; it matches only
     ``iallgather`` on the other ranks.
 
     Args:
-        x: this rank's array, the same shape and dtype on every rank (at
-            most ``JAXMPI_MAX_COUNT``, default ``INT_MAX``, elements).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: this rank's array, the same shape and dtype on every rank.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Iallgather in flight and its
-        buffers; ``wait`` on it returns an array of shape
-        ``(size, *x.shape)`` whose row ``r`` is rank r's ``x``, on every
-        rank.
-
-    Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), ``comm`` is not an intracommunicator, or
-            ``token`` is not a token.
-        ValueError: an array lives on more than one device (jaxmpi needs one
-            JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``); a count the
-            non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
+        A ``Request``; ``wait`` on it returns every rank's ``x`` stacked along
+        a new axis 0, on every rank.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
-            y = mpx.wait(mpx.iallgather(jnp.full(2, rank)))
-            # [[0 0] [1 1] [2 2]] on every rank
-            req, token = jaxmpi.iallgather(x)    # token API
-            y, token = jaxmpi.wait(req, token=token)
+            req = mpx.iallgather(jnp.full(2, rank))
+            y = mpx.wait(req)               # [[0 0] [1 1] [2 2]]
     """
     info, tok = begin("iallgather", comm, token)
     x = v.array(x, "iallgather")
@@ -953,48 +573,27 @@ def iallgather(x, *, comm=None, token=None) -> Request:
 
 @_pytree.tree_op(rows=True)
 def alltoall(x, *, comm=None, token=None):
-    """Rank i sends ``x[j]`` to rank j and receives rank j's ``x[i]`` into
-    ``result[j]``.
+    """Exchange ``x``'s rows with every rank: row j goes to rank j.
 
-    MPI_Alltoall.
+    MPI_Alltoall: rank i sends ``x[j]`` to rank j and receives rank j's
+    ``x[i]`` into row j of its result.
 
     Args:
-        x: an array of shape ``(size, ...)``, the same shape and dtype on
-            every rank.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: an array of shape ``(size, ...)``, the same on every rank.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        An array of ``x``'s shape and dtype whose row ``j`` is rank j's
-        ``x[i]`` (i: this rank).
+        An array of ``x``'s shape and dtype whose row j is rank j's ``x[i]``.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
         ValueError: ``x.shape[0]`` is not the communicator's size.
 
     Example:
-        ``mpirun -n 2`` (a transpose across ranks)::
+        ``mpirun -n 2`` (a transpose across ranks):
 
             x = jnp.array([10 * rank, 10 * rank + 1])
-            y = mpx.alltoall(x)            # rank 0: [0 10], rank 1: [1 11]
-            y, token = jaxmpi.alltoall(x)  # token API
+            y = mpx.alltoall(x)             # rank 0: [0 10], rank 1: [1 11]
     """
     info, tok = begin("alltoall", comm, token)
     x = v.array(x, "alltoall")
@@ -1007,55 +606,29 @@ def alltoall(x, *, comm=None, token=None):
 
 
 def ialltoall(x, *, comm=None, token=None) -> Request:
-    """Start an all-to-all exchange: rank i sends ``x[j]`` to rank j and
-    receives rank j's ``x[i]`` into ``result[j]``.
+    """Start exchanging ``x``'s rows with every rank: row j to rank j.
 
-    MPI_Ialltoall. The non-blocking form of ``alltoall``; it matches only
-    ``ialltoall`` on the other ranks.
+    MPI_Ialltoall, the non-blocking form of ``alltoall``; it matches only
+    ``ialltoall`` on the other ranks: rank i sends ``x[j]`` to rank j and
+    receives rank j's ``x[i]`` into row j of its result.
 
     Args:
-        x: an array of shape ``(size, ...)``, the same shape and dtype on
-            every rank (at most ``JAXMPI_MAX_COUNT``, default ``INT_MAX``,
-            elements per block).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: an array of shape ``(size, ...)``, the same on every rank.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Ialltoall in flight and its buffers;
-        ``wait`` on it returns an array of ``x``'s shape and dtype whose
-        row ``j`` is rank j's ``x[i]`` (i: this rank).
+        A ``Request``; ``wait`` on it returns an array of ``x``'s shape whose
+        row j is rank j's ``x[i]``.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), ``comm`` is not an intracommunicator, or
-            ``token`` is not a token.
-        ValueError: an array lives on more than one device (jaxmpi needs one
-            JAX device per process).
         ValueError: ``x.shape[0]`` is not the communicator's size.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``); a count the
-            non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
 
     Example:
-        ``mpirun -n 2`` (a transpose across ranks)::
+        ``mpirun -n 2`` (a transpose across ranks):
 
             x = jnp.array([10 * rank, 10 * rank + 1])
-            y = mpx.wait(mpx.ialltoall(x))   # rank 0: [0 10], rank 1: [1 11]
-            req, token = jaxmpi.ialltoall(x) # token API
-            y, token = jaxmpi.wait(req, token=token)
+            y = mpx.wait(mpx.ialltoall(x))  # rank 0: [0 10], rank 1: [1 11]
     """
     info, tok = begin("ialltoall", comm, token)
     x = v.array(x, "ialltoall")
@@ -1065,36 +638,21 @@ def ialltoall(x, *, comm=None, token=None) -> Request:
 
 
 def barrier(*, comm=None, token=None):
-    """Block until every rank of ``comm`` has reached the barrier.
+    """Return once every rank of ``comm`` has reached the barrier.
 
     MPI_Barrier.
 
     Args:
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
         None.
 
-    Raises:
-        TypeError: ``comm`` is not an intracommunicator, or ``token`` is
-            not a token.
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks making different calls
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
-
     Example:
-        ::
+        Wait for every rank:
 
-            mpx.barrier()               # returns None
-            token = jaxmpi.barrier()    # token API: returns a token
+            mpx.barrier()
     """
     info, tok = begin("barrier", comm, token)
     join(tok)
@@ -1102,45 +660,24 @@ def barrier(*, comm=None, token=None):
 
 
 def ibarrier(*, comm=None, token=None) -> Request:
-    """Start a barrier: its wait returns once every rank of ``comm`` has
-    started it.
+    """Start a barrier; its wait returns once every rank has started it.
 
-    MPI_Ibarrier. The non-blocking form of ``barrier``; it matches only
+    MPI_Ibarrier, the non-blocking form of ``barrier``; it matches only
     ``ibarrier`` on the other ranks.
 
     Args:
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Ibarrier in flight; ``wait`` on it
-        returns once every rank of ``comm`` has started the barrier, with
-        no result.
-
-    Raises:
-        TypeError: ``comm`` is not an intracommunicator, or ``token`` is
-            not a token.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank and MPI's message); with
-            ``JAXMPI_CHECK``, ranks making different calls
-            (``FAILED_PRECONDITION``); 4096 requests of this process
-            already in flight (``RESOURCE_EXHAUSTED``).
+        A ``Request``; ``wait`` on it returns None once every rank started it.
 
     Example:
-        ::
+        Let the other ranks catch up while computing:
 
             req = mpx.ibarrier()
             z = compute(w)
-            mpx.wait(req)                        # returns None
-            req, token = jaxmpi.ibarrier()       # token API
-            token = jaxmpi.wait(req, token=token)
+            mpx.wait(req)                   # returns None
     """
     info, tok = begin("ibarrier", comm, token)
     join(tok)

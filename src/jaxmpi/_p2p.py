@@ -19,50 +19,30 @@ from ._validate import ANY_SOURCE, ANY_TAG
 def send(x, dest, *, tag=0, comm=None, token=None):
     """Send ``x`` to rank ``dest``.
 
-    MPI_Send (standard mode: it may wait until ``dest`` receives the
-    message, as large messages do).
+    MPI_Send (standard mode: it may wait until ``dest`` receives the message,
+    as large messages do).
 
     Args:
         x: the array to send.
-        dest: the receiving rank (a static int), or ``MPI.PROC_NULL`` (no
-            message is sent).
-        tag: the message tag, 0 to half of ``MPI.TAG_UB`` (the higher tags
-            carry jaxmpi's gradient messages).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        dest: the receiving rank (a static int), or ``MPI.PROC_NULL`` (no-op).
+        tag: the message tag, 0 to half of ``MPI.TAG_UB``.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
         None.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
+        ValueError: ``dest`` is not a rank of ``comm``, or ``tag`` is out of
+            range.
 
     Example:
-        ``mpirun -n 2``::
+        ``mpirun -n 2``:
 
             if rank == 0:
-                mpx.send(jnp.arange(3.0), 1, tag=7)   # returns None
-                token = jaxmpi.send(jnp.arange(3.0), 1, tag=7)  # token API
+                mpx.send(jnp.arange(3.0), 1, tag=7)
             else:
-                y = mpx.recv(jnp.zeros(3), 0, tag=7)
-                y, token = jaxmpi.recv(jnp.zeros(3), 0, tag=7)
+                y = mpx.recv(jnp.zeros(3), 0, tag=7)   # [0. 1. 2.]
     """
     info, tok = begin("send", comm, token)
     x = v.array(x, "send")
@@ -75,57 +55,33 @@ def send(x, dest, *, tag=0, comm=None, token=None):
 def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
     """Start sending ``x`` to rank ``dest``.
 
-    MPI_Isend. The non-blocking form of ``send``: the call returns at once;
-    ``wait`` on the request completes the send.
+    MPI_Isend, the non-blocking form of ``send``. The request sends from its
+    own buffer (XLA copies ``x`` first where it is still used after the start),
+    so ``x`` may change while the message travels.
 
     Args:
-        x: the array to send. The request sends from its own buffer (XLA
-            copies ``x`` first where ``x`` is still used after the start;
-            donate it to avoid the copy), so ``x`` may be changed or
-            donated while the message travels.
-        dest: the receiving rank (a static int), or ``MPI.PROC_NULL`` (no
-            message is sent).
-        tag: the message tag, 0 to half of ``MPI.TAG_UB`` (the higher tags
-            carry jaxmpi's gradient messages).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: the array to send.
+        dest: the receiving rank (a static int), or ``MPI.PROC_NULL`` (no-op).
+        tag: the message tag, 0 to half of ``MPI.TAG_UB``.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Isend in flight and its send buffer;
-        ``wait`` on it completes the send and has no result.
+        A ``Request``; ``wait`` on it completes the send and returns None.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank or tag is not a static int, ``comm`` is
-            not an intracommunicator, or ``token`` is not a token.
-        ValueError: a rank or tag is out of range, or an array lives on more
-            than one device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message), or 4096
-            requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
-            are raised by ``wait``.
+        ValueError: ``dest`` is not a rank of ``comm``, or ``tag`` is out of
+            range.
 
     Example:
-        ``mpirun -n 2``, inside ``jax.jit``::
+        ``mpirun -n 2``, inside ``jax.jit``:
 
             if rank == 0:
                 req = mpx.isend(jnp.arange(3.0), 1, tag=7)
-                z = heavy_compute(w)     # runs while the message travels
-                mpx.wait(req)            # returns None
-                req, token = jaxmpi.isend(jnp.arange(3.0), 1, tag=7)  # token
-                token = jaxmpi.wait(req, token=token)   # API: a token alone
+                z = heavy_compute(w)        # runs while the message travels
+                mpx.wait(req)               # returns None
             else:
                 y = mpx.wait(mpx.irecv(jnp.zeros(3), 0, tag=7))
-                y = mpx.recv(jnp.zeros(3), 0, tag=7)
     """
     info, tok = begin("isend", comm, token)
     x = v.array(x, "isend")
@@ -141,53 +97,35 @@ def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
     """Receive an array of ``x``'s shape and dtype from rank ``source``.
 
     MPI_Recv. A message of another size is an error, not a truncation.
+    Derivatives need a ``source`` rank (and, in reverse mode, a ``tag``): the
+    cotangent goes back to it (docs/autodiff.md).
 
     Args:
         x: a template: the result's shape and dtype (its data is not used).
-        source: the sending rank (a static int), ``MPI.ANY_SOURCE``
-            (default), or ``MPI.PROC_NULL`` (no message; the result is
-            zeros).
+        source: the sending rank, ``MPI.ANY_SOURCE`` or ``MPI.PROC_NULL``.
         tag: the tag to match, or ``MPI.ANY_TAG`` (default).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        status: an ``MPI.Status`` filled in when the receive completes
-            (source, tag, count), or None.
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        status: an ``MPI.Status`` to fill in (source, tag, count), or None.
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        The received array, of ``x``'s shape and dtype.
+        The message, of ``x``'s shape and dtype (zeros from ``MPI.PROC_NULL``).
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
-        NotImplementedError: differentiating a receive from
-            ``MPI.ANY_SOURCE``, or in reverse mode from ``MPI.ANY_TAG``
-            (see docs/autodiff.md).
+        TypeError: ``status`` is not an ``MPI.Status``.
+        ValueError: ``source`` is not a rank of ``comm`` (or
+            ``MPI.ANY_SOURCE``, ``MPI.PROC_NULL``), or ``tag`` is out of range.
+        NotImplementedError: a derivative of a receive from ``MPI.ANY_SOURCE``,
+            or in reverse mode with ``MPI.ANY_TAG``.
+        jax.errors.JaxRuntimeError: the message has another size than ``x``.
 
     Example:
-        ``mpirun -n 2``::
+        ``mpirun -n 2``:
 
             if rank == 1:
-                y = mpx.recv(jnp.zeros(3), 0)          # from rank 0, any tag
-                y, token = jaxmpi.recv(jnp.zeros(3), source=0, tag=7)
+                y = mpx.recv(jnp.zeros(3), 0)    # rank 0's array
             else:
                 mpx.send(jnp.arange(3.0), 1)
-                jaxmpi.send(jnp.arange(3.0), 1, tag=7)
     """
     info, tok = begin("recv", comm, token)
     x = v.array(x, "recv")
@@ -202,65 +140,40 @@ def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
 
 def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
           status=None, token=None) -> Request:
-    """Start receiving an array of ``x``'s shape and dtype from rank
-    ``source``.
+    """Start receiving an array of ``x``'s shape and dtype from ``source``.
 
-    MPI_Irecv. The non-blocking form of ``recv``: ``wait`` on the request
-    returns the message. A message of another size is an error at the
-    wait, not a truncation.
+    MPI_Irecv, the non-blocking form of ``recv``. A message of another size is
+    an error at the wait, not a truncation. Derivatives need a ``source`` rank
+    and a ``tag``.
 
     Args:
         x: a template: the result's shape and dtype (its data is not used).
-        source: the sending rank (a static int), ``MPI.ANY_SOURCE``
-            (default), or ``MPI.PROC_NULL`` (no message; the result is
-            zeros).
+        source: the sending rank, ``MPI.ANY_SOURCE`` or ``MPI.PROC_NULL``.
         tag: the tag to match, or ``MPI.ANY_TAG`` (default).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        status: an ``MPI.Status`` filled in when the wait completes
-            (source, tag, count), or None.
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        status: an ``MPI.Status`` to fill in (source, tag, count), or None.
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Irecv in flight and its receive
-        buffer; ``wait`` on it returns the received array, of ``x``'s shape
-        and dtype.
+        A ``Request``; ``wait`` on it returns the message, of ``x``'s shape and
+        dtype (zeros from ``MPI.PROC_NULL``).
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank or tag is not a static int, ``comm`` is
-            not an intracommunicator, ``status`` is not an ``MPI.Status``,
-            or ``token`` is not a token.
-        ValueError: a rank or tag is out of range, or an array lives on more
-            than one device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        NotImplementedError: differentiating a receive from
-            ``MPI.ANY_SOURCE`` or with ``MPI.ANY_TAG`` (see
-            docs/autodiff.md).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message), or 4096
-            requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
-            are raised by ``wait``.
+        TypeError: ``status`` is not an ``MPI.Status``.
+        ValueError: ``source`` is not a rank of ``comm`` (or
+            ``MPI.ANY_SOURCE``, ``MPI.PROC_NULL``), or ``tag`` is out of range.
+        NotImplementedError: a derivative of a receive from ``MPI.ANY_SOURCE``
+            or with ``MPI.ANY_TAG``.
 
     Example:
-        ``mpirun -n 2``, inside ``jax.jit``::
+        ``mpirun -n 2``, inside ``jax.jit``:
 
             if rank == 1:
                 req = mpx.irecv(jnp.zeros(3), 0, tag=7)
-                z = heavy_compute(w)     # runs while the message travels
-                y = mpx.wait(req)        # rank 0's array
-                req, token = jaxmpi.irecv(jnp.zeros(3), 0, tag=7)  # token API
-                y, token = jaxmpi.wait(req, token=token)
+                z = heavy_compute(w)        # runs while the message travels
+                y = mpx.wait(req)           # rank 0's array
             else:
                 mpx.wait(mpx.isend(jnp.arange(3.0), 1, tag=7))
-                mpx.send(jnp.arange(3.0), 1, tag=7)
     """
     info, tok = begin("irecv", comm, token)
     x = v.array(x, "irecv")
@@ -276,56 +189,40 @@ def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
 @_pytree.tree_op(trees=("sendbuf", "recvbuf"))
 def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
              comm=None, status=None, token=None):
-    """Send ``sendbuf`` to ``dest`` and receive an array of ``recvbuf``'s
-    shape and dtype from ``source``, in one deadlock-free call.
+    """Send ``sendbuf`` to ``dest`` and receive from ``source``, in one call.
 
-    MPI_Sendrecv.
+    MPI_Sendrecv: deadlock-free; the result has ``recvbuf``'s shape and dtype.
+    With ``recvtag=MPI.ANY_TAG`` the derivative's message is taken to carry the
+    peer's ``sendtag`` (every rank calling the same sendrecv, the usual
+    exchange pattern).
 
     Args:
         sendbuf: the array to send.
-        recvbuf: a template: the result's shape and dtype (its data is not
-            used).
-        source: the rank to receive from (a static int), ``MPI.ANY_SOURCE``
-            or ``MPI.PROC_NULL`` (the result is zeros).
-        dest: the rank to send to (a static int) or ``MPI.PROC_NULL``.
+        recvbuf: a template: the result's shape and dtype (data not used).
+        source: the sender, or ``MPI.ANY_SOURCE`` or ``MPI.PROC_NULL``.
+        dest: the rank to send to, or ``MPI.PROC_NULL``.
         sendtag: the tag of the message sent.
         recvtag: the tag to match, or ``MPI.ANY_TAG`` (default).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        status: an ``MPI.Status`` filled in when the receive completes, or
-            None.
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        status: an ``MPI.Status`` to fill in (source, tag, count), or None.
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        The received array, of ``recvbuf``'s shape and dtype.
+        The message from ``source``, of ``recvbuf``'s shape and dtype.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
-        NotImplementedError: differentiating a receive from
-            ``MPI.ANY_SOURCE`` (see docs/autodiff.md).
+        TypeError: ``status`` is not an ``MPI.Status``.
+        ValueError: ``source`` or ``dest`` is not a rank of ``comm`` (or a
+            special rank it allows), or a tag is out of range.
+        NotImplementedError: a derivative of a receive from ``MPI.ANY_SOURCE``.
+        jax.errors.JaxRuntimeError: the message has another size than
+            ``recvbuf``.
 
     Example:
-        Shift right around a ring::
+        Shift right around a ring:
 
             right, left = (rank + 1) % size, (rank - 1) % size
-            y = mpx.sendrecv(x, x, source=left, dest=right)  # left's x
-            y, token = jaxmpi.sendrecv(x, x, left, right)    # token API
+            y = mpx.sendrecv(x, x, source=left, dest=right)   # left's x
     """
     fn = "sendrecv"
     info, tok = begin(fn, comm, token)
@@ -347,66 +244,39 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
 def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
               recvtag=ANY_TAG, comm=None, status=None,
               token=None) -> Request:
-    """Start sending ``sendbuf`` to ``dest`` and receiving an array of
-    ``recvbuf``'s shape and dtype from ``source``.
+    """Start sending ``sendbuf`` to ``dest`` and receiving from ``source``.
 
-    MPI_Irecv and MPI_Isend, completed together by ``wait``. The
-    non-blocking form of ``sendrecv`` (deadlock-free in the same way: the
-    receive is posted first).
+    MPI_Irecv and MPI_Isend, completed together by ``wait``: the non-blocking
+    form of ``sendrecv`` (deadlock-free in the same way: the receive is posted
+    first).
 
     Args:
-        sendbuf: the array to send. The request sends from its own buffer
-            (XLA copies it first where it is still used after the start).
-        recvbuf: a template: the result's shape and dtype (its data is not
-            used).
-        source: the rank to receive from (a static int), ``MPI.ANY_SOURCE``
-            or ``MPI.PROC_NULL`` (the result is zeros).
-        dest: the rank to send to (a static int) or ``MPI.PROC_NULL``.
+        sendbuf: the array to send (the request sends from its own copy).
+        recvbuf: a template: the result's shape and dtype (data not used).
+        source: the sender, or ``MPI.ANY_SOURCE`` or ``MPI.PROC_NULL``.
+        dest: the rank to send to, or ``MPI.PROC_NULL``.
         sendtag: the tag of the message sent.
         recvtag: the tag to match, or ``MPI.ANY_TAG`` (default).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        status: an ``MPI.Status`` filled in when the wait completes, or
-            None.
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        status: an ``MPI.Status`` to fill in (source, tag, count), or None.
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the receive and the send in flight and their
-        buffers; ``wait`` on it returns the received array, of
-        ``recvbuf``'s shape and dtype.
+        A ``Request``; ``wait`` on it returns the message from ``source``.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank or tag is not a static int, ``comm`` is
-            not an intracommunicator, ``status`` is not an ``MPI.Status``,
-            or ``token`` is not a token.
-        ValueError: a rank or tag is out of range, or an array lives on more
-            than one device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        NotImplementedError: differentiating a receive from
-            ``MPI.ANY_SOURCE`` (see docs/autodiff.md).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message), or 4096
-            requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
-            are raised by ``wait``.
+        TypeError: ``status`` is not an ``MPI.Status``.
+        ValueError: ``source`` or ``dest`` is not a rank of ``comm`` (or a
+            special rank it allows), or a tag is out of range.
+        NotImplementedError: a derivative of a receive from ``MPI.ANY_SOURCE``.
 
     Example:
-        Shift right around a ring while the interior is updated::
+        Shift right around a ring while the interior is updated:
 
             right, left = (rank + 1) % size, (rank - 1) % size
-            req = mpx.isendrecv(edge, jnp.zeros_like(edge), source=left,
-                                dest=right)
-            interior = update(interior)          # while the halo travels
-            halo = mpx.wait(req)                 # left's edge
-            req, token = jaxmpi.isendrecv(edge, edge, left, right)  # token API
-            halo, token = jaxmpi.wait(req, token=token)
+            req = mpx.isendrecv(edge, jnp.zeros_like(edge), left, right)
+            interior = update(interior)     # while the halo travels
+            halo = mpx.wait(req)            # left's edge
     """
     fn = "isendrecv"
     info, tok = begin(fn, comm, token)
@@ -426,62 +296,42 @@ def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
 
 def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
                       token=None):
-    """Many sendrecvs at once: pair ``i`` sends ``sendbufs[i]`` to
-    ``dests[i]`` and receives an array of ``recvbufs[i]``'s shape and dtype
-    from ``sources[i]``, both with tag ``tag + i``.
+    """Many sendrecvs at once, pair ``i`` with tag ``tag + i``.
 
-    All receives and sends are posted together (MPI_Irecv, MPI_Isend, one
-    MPI_Waitall), so a halo exchange in every direction is one call with no
-    ordering to get right. A rank's pair ``i`` matches pair ``i`` of its
-    peers: in a shift pattern every rank sends in direction ``i`` and
-    receives from the opposite one.
+    Pair ``i`` sends ``sendbufs[i]`` to ``dests[i]`` and receives an array of
+    ``recvbufs[i]``'s shape and dtype from ``sources[i]``. MPI_Irecv and
+    MPI_Isend of every pair, one MPI_Waitall: a halo exchange in every
+    direction is one call with no ordering to get right. A rank's pair ``i``
+    matches pair ``i`` of its peers.
 
     Args:
         sendbufs: a list or tuple of arrays to send (at most 32).
-        recvbufs: a list or tuple of templates, one per pair (their data is
-            not used).
-        sources: the rank each pair receives from (static ints), or
-            ``MPI.PROC_NULL`` (that result is zeros).
-        dests: the rank each pair sends to (static ints), or
-            ``MPI.PROC_NULL``.
+        recvbufs: a list or tuple of templates, one per pair.
+        sources: the rank each pair receives from, or ``MPI.PROC_NULL``.
+        dests: the rank each pair sends to, or ``MPI.PROC_NULL``.
         tag: pair ``i`` uses tag ``tag + i``.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A tuple of the received arrays, one per pair.
+        A tuple of the received arrays, one per pair (zeros from
+        ``MPI.PROC_NULL``).
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a rank, root or tag is not a static int, ``op``
-            is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a rank, root or tag is out of range, or an array lives
-            on more than one device (jaxmpi needs one JAX device per
-            process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
-        ValueError: the four sequences differ in length, or hold more than
-            32 pairs.
+        TypeError: ``sendbufs``, ``recvbufs``, ``sources`` or ``dests`` is not
+            a list or tuple.
+        ValueError: the four sequences differ in length or hold more than 32
+            pairs, a rank is not a rank of ``comm``, or a tag is out of range.
+        jax.errors.JaxRuntimeError: a message has another size than its
+            template.
 
     Example:
-        A 1-D halo exchange in both directions::
+        A 1-D halo exchange in both directions:
 
             left, right = (rank - 1) % size, (rank + 1) % size
             from_left, from_right = mpx.neighbor_exchange(
                 [u[-1:], u[:1]], [u[:1], u[-1:]],
                 sources=[left, right], dests=[right, left])
-            (from_left, from_right), token = jaxmpi.neighbor_exchange(
-                [u[-1:], u[:1]], [u[:1], u[-1:]], [left, right], [right, left])
     """
     fn = "neighbor_exchange"
     info, tok = begin(fn, comm, token)
@@ -522,70 +372,41 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
 
 def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
                        comm=None, token=None) -> Request:
-    """Start many sendrecvs at once: pair ``i`` sends ``sendbufs[i]`` to
-    ``dests[i]`` and receives an array of ``recvbufs[i]``'s shape and
-    dtype from ``sources[i]``, both with tag ``tag + i``.
+    """Start many sendrecvs at once, pair ``i`` with tag ``tag + i``.
 
-    MPI_Irecv and MPI_Isend for every pair, completed together by
-    ``wait``. The non-blocking form of ``neighbor_exchange``: a rank's pair
-    ``i`` matches pair ``i`` of its peers.
+    MPI_Irecv and MPI_Isend of every pair, completed together by ``wait``: the
+    non-blocking form of ``neighbor_exchange``. Pair ``i`` sends
+    ``sendbufs[i]`` to ``dests[i]`` and receives an array of ``recvbufs[i]``'s
+    shape and dtype from ``sources[i]``.
 
     Args:
-        sendbufs: a list or tuple of arrays to send (1 to 15 pairs). The
-            request sends from its own buffers (XLA copies an array first
-            where it is still used after the start).
-        recvbufs: a list or tuple of templates, one per pair (their data is
-            not used).
-        sources: the rank each pair receives from (static ints), or
-            ``MPI.PROC_NULL`` (that result is zeros).
-        dests: the rank each pair sends to (static ints), or
-            ``MPI.PROC_NULL``.
+        sendbufs: a list or tuple of arrays to send (1 to 15).
+        recvbufs: a list or tuple of templates, one per pair.
+        sources: the rank each pair receives from, or ``MPI.PROC_NULL``.
+        dests: the rank each pair sends to, or ``MPI.PROC_NULL``.
         tag: pair ``i`` uses tag ``tag + i``.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding every pair's receive and send in flight and
-        their buffers; ``wait`` on it returns a tuple of the received
-        arrays, one per pair.
+        A ``Request``; ``wait`` on it returns a tuple of the received arrays,
+        one per pair.
 
     Raises:
-        TypeError: ``sendbufs``, ``recvbufs``, ``sources`` or ``dests`` is
-            not a list or tuple, an array argument is not one array of a
-            supported dtype (a list, tuple, dict, a ``(result, token)`` pair
-            or a token is named as such), a rank or tag is not a static int,
-            ``comm`` is not an intracommunicator, or ``token`` is not a
-            token.
-        ValueError: a rank or tag is out of range, or an array lives on more
-            than one device (jaxmpi needs one JAX device per process).
-        ValueError: the four sequences differ in length, or hold no pair
-            or more than 15 pairs.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message), or 4096
-            requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``). Errors of the communication itself
-            are raised by ``wait``.
+        TypeError: ``sendbufs``, ``recvbufs``, ``sources`` or ``dests`` is not
+            a list or tuple.
+        ValueError: the four sequences differ in length or hold no pair or more
+            than 15, a rank is not a rank of ``comm``, or a tag is out of
+            range.
 
     Example:
-        A 1-D halo exchange in both directions, overlapping the interior
-        update::
+        A 1-D halo exchange in both directions, overlapping the interior:
 
             left, right = (rank - 1) % size, (rank + 1) % size
-            req = mpx.ineighbor_exchange(
-                [u[-1:], u[:1]], [u[:1], u[-1:]],
-                sources=[left, right], dests=[right, left])
-            interior = update(u)                 # while the halos travel
+            req = mpx.ineighbor_exchange([u[-1:], u[:1]], [u[:1], u[-1:]],
+                                         [left, right], [right, left])
+            interior = update(u)            # while the halos travel
             from_left, from_right = mpx.wait(req)
-            req, token = jaxmpi.ineighbor_exchange(      # token API
-                [u[-1:], u[:1]], [u[:1], u[-1:]], [left, right], [right, left])
-            (from_left, from_right), token = jaxmpi.wait(req, token=token)
     """
     fn = "ineighbor_exchange"
     info, tok = begin(fn, comm, token)

@@ -28,9 +28,11 @@ leaf keeps; a 1-D result of a rows buffer (``scatter``) lost it; a 2-D
 result of a rows buffer (``alltoall``, the v-forms) keeps a leading axis,
 whose length may differ from the input's (``counts``).
 
-Wiring an operation is one line at the end of _api.py::
+Wiring an operation is one line above its definition (_collectives.py,
+...)::
 
-    reduce_scatter = _pytree.wrap(reduce_scatter, rows=True)
+    @_pytree.tree_op(rows=True)
+    def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
 
 ``trees``: the names of the array arguments (default ``("x",)``; sendrecv:
 ``("sendbuf", "recvbuf")``, whose dtype groups pair up); ``rows``: False,
@@ -43,8 +45,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
-import textwrap
 from dataclasses import dataclass
 
 import jax
@@ -329,35 +329,10 @@ def _call_pair(op, fn, spec, bound, trees):
     return _rebuild(rdef, n, rgroups, outs)
 
 
-_DOC_RAISES = re.compile(r"\(a list,\s+tuple,\s+dict,\s+a ``\(result, token\)`` "
-                         r"pair or a token is\s+named as such\)")
-
-
-def _doc(doc: str, spec: Packing) -> str:
-    """The op's docstring with a paragraph on pytrees before its Args."""
-    names = " and ".join(f"``{t}``" for t in spec.trees)
-    what = "pytrees" if len(spec.trees) > 1 else "a pytree"
-    para = textwrap.fill(
-        f"Pytrees: {names} may be {what} of arrays (lists, tuples, dicts, "
-        "registered dataclasses; leaves of any dtypes and shapes); the "
-        "result has the same structure. The leaves of each dtype go in one "
-        "MPI call (flattened and concatenated), not one per leaf "
-        "(docs/apis.md, Pytrees). A leaf that is not an array is a "
-        "TypeError naming its path; leaves without a common leading axis "
-        "where the rank axis is needed, or send and receive trees of "
-        "different dtypes, a ValueError.", 76, initial_indent="    ",
-        subsequent_indent="    ") + "\n\n"
-    at = doc.find("    Args:")
-    if at >= 0:
-        doc = doc[:at] + para + doc[at:]
-    return _DOC_RAISES.sub(
-        "(a leaf that is not an array, a ``(result, token)`` pair or a\n"
-        "            token is named as such)", doc)
-
-
 def wrap(op, *, trees=("x",), rows=False, result=True):
-    """``op`` (a single-array operation of _api) taking pytrees of arrays
-    for the arguments named in ``trees``; see the module docstring."""
+    """``op`` (a single-array operation) taking pytrees of arrays for the
+    arguments named in ``trees``; see the module docstring. Its docstring
+    is op's (the API reference says what pytrees do, once)."""
     spec = Packing(tuple(trees), rows, result)
     sig = inspect.signature(op)
     positions = {name: i for i, name in enumerate(sig.parameters)}
@@ -371,15 +346,14 @@ def wrap(op, *, trees=("x",), rows=False, result=True):
                 return _call_tree(op, spec, sig, args, kwargs)
         return op(*args, **kwargs)
 
-    wrapper.__doc__ = _doc(op.__doc__ or "", spec)
     wrapper.pytree_spec = spec
     return wrapper
 
 
 def tree_op(*, trees=("x",), rows=False, result=True):
-    """The decorator form of ``wrap``: ``@tree_op(rows=True)`` above an
-    operation of _api (one line per operation; see the module docstring
-    for ``trees``, ``rows`` and ``result``)."""
+    """The decorator form of ``wrap``: ``@tree_op(rows=True)`` above a
+    public operation (one line per operation; see the module docstring for
+    ``trees``, ``rows`` and ``result``)."""
     return functools.partial(wrap, trees=trees, rows=rows, result=result)
 
 

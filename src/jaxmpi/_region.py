@@ -216,52 +216,40 @@ def apply_in_region(prim, *args, **params):
 
 
 def jit(fun=None, **jit_kwargs):
-    """``jax.jit`` whose calls cost what a plain jitted call costs.
+    """``jax.jit`` whose calls take JAX's C++ dispatch path.
 
     A function compiled by ``jax.jit`` that calls jaxmpi carries jaxmpi's
-    ordered effect, which puts every call on JAX's Python dispatch path
-    (about 60 us per call on a 2-core machine, against 5 us for a jitted
-    function without MPI). ``jaxmpi.jit`` compiles the same program with
-    the same order of MPI calls inside it, but its calls take JAX's C++
-    dispatch path: a jitted step that holds an allreduce then costs the
-    plain call plus the MPI time. The rules (each checked): one device
-    per process, jaxmpi work dispatched from one Python thread below
-    ``MPI_THREAD_MULTIPLE``, and no effect but jaxmpi's (a function with
-    ``jax.debug`` callbacks or ``io_callback`` is compiled as ``jax.jit``
-    would, and dispatched on its slower path). Across calls, MPI calls
-    are issued in program order, as with ``jax.jit``; under a
-    transformation (an outer ``jax.jit``, ``grad``, ``vmap``) it is
-    ``jax.jit(fun)``.
+    ordered effect, which puts every call on JAX's slower Python dispatch path
+    (docs/design.md, "Dispatch", has the cost). ``jaxmpi.jit`` compiles the
+    same program, with the same order of MPI calls inside and across calls, and
+    dispatches it as a plain jitted function. The rules, each checked: one
+    device per process; below ``MPI_THREAD_MULTIPLE``, jaxmpi work from one
+    Python thread; no effect but jaxmpi's (a function with ``jax.debug``
+    callbacks or ``io_callback`` is compiled and dispatched as ``jax.jit``
+    would). Under a transformation (an outer ``jax.jit``, ``grad``, ``vmap``)
+    it is ``jax.jit(fun)``.
 
     Args:
-        fun: the function to compile (or omitted: ``jaxmpi.jit(**kw)``
-            returns a decorator).
-        jit_kwargs: keyword arguments passed on to ``jax.jit``
-            (``static_argnums``, ``static_argnames``, ``donate_argnums``,
-            ...).
+        fun: the function to compile (omitted: ``jit(**kw)`` is a decorator).
+        jit_kwargs: passed on to ``jax.jit`` (``static_argnums``, ...).
 
     Returns:
-        A callable like ``jax.jit(fun)``'s. Its ``fast`` attribute says
-        whether the last traced signature took the fast path (None before
-        the first call).
+        A callable like ``jax.jit(fun)``'s; its ``fast`` attribute says whether
+        the last traced signature took the fast path (None before a call).
 
     Raises:
-        ValueError: the computation was compiled for several devices.
-        MPIConfigurationError: below ``MPI_THREAD_MULTIPLE``, a second
-            Python thread dispatched jaxmpi work.
+        TypeError: ``fun`` is not callable.
+        MPIConfigurationError: below ``MPI_THREAD_MULTIPLE``, a second Python
+            thread dispatched jaxmpi work.
 
     Example:
-        ::
-
-            import jaxmpi
-            import jaxmpi.notoken as mpx
+        A training step:
 
             def step(w, g):
-                g = mpx.allreduce(g, op=MPI.SUM) / size
-                return w - 0.1 * g
+                return w - 0.1 * mpx.allreduce(g, MPI.SUM) / size
 
-            step = jaxmpi.jit(step)    # or @jaxmpi.jit above the def
-            w = step(w, g)      # C++ dispatch: a plain call + the MPI time
+            step = jaxmpi.jit(step)         # or @jaxmpi.jit above the def
+            w = step(w, g)                  # a plain call plus the MPI time
     """
     if fun is None:
         return lambda f: jit(f, **jit_kwargs)

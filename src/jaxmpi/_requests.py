@@ -104,10 +104,10 @@ def _user_line():
 
 
 class Request:
-    """A started non-blocking operation: what a start (``isend``, ``irecv``,
-    ...) returns and ``wait`` (or ``waitall``) completes.
+    """A started non-blocking operation, completed by ``wait`` or ``waitall``.
 
-    A JAX value made by the starts, not by the caller. It holds the
+    What a start (``isend``, ``irecv``, ...) returns: a JAX value made by
+    the starts, not by the caller. It holds the
     handle of each request in flight (a float32 scalar; one for most
     starts, one per ``ineighbor_exchange`` it is made of for
     ``ihalo_exchange`` and ``ineighbor_alltoallv``) and every buffer MPI
@@ -132,7 +132,7 @@ class Request:
       alive: MPI may still write them).
 
     Example:
-        ::
+        A request's life:
 
             req = mpx.irecv(jnp.zeros(3), 0)
             req                  # Request(jaxmpi.irecv, in flight)

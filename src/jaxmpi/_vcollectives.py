@@ -18,50 +18,29 @@ from ._steps import begin, join, passed_through, reduction_args
 def allgatherv(x, counts, *, comm=None, token=None):
     """Gather a different number of rows from every rank, on every rank.
 
-    MPI_Allgatherv. Rank r contributes ``counts[r]`` rows; every rank gets
-    all of them in rank order.
+    MPI_Allgatherv. Rank r contributes ``counts[r]`` rows; every rank gets all
+    of them in rank order.
 
     Args:
-        x: this rank's rows: an array of shape ``(counts[rank], *s)``, the
-            same ``s`` and dtype on every rank.
-        counts: the number of rows of every rank (a list or tuple of
-            ``size`` static ints >= 0, the same on every rank).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: this rank's rows, ``(counts[rank], *s)``; ``s`` the same on all.
+        counts: the rows of every rank, ``size`` static ints >= 0 (see above).
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
         An array of shape ``(sum(counts), *s)``: rank 0's rows, then rank
-        1's, and so on, on every rank.
+        1's...
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a count or root is not a static int, ``comm``
-            is not an intracommunicator, or ``token`` is not a token.
-        ValueError: a count list does not have one count per rank, a count
-            is negative, an array's rows disagree with its count (the error
-            names the argument, its shape and the count), an array is a
-            scalar, a root is out of range, or an array lives on more than
-            one device.
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK`` (and on the calls the default sparse check
-            covers), ranks whose counts, dtype or row shape disagree
-            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
-            with a watchdog timeout (``jaxmpi.set_timeout``), a call that
-            did not complete (``DEADLINE_EXCEEDED``).
+        TypeError: ``counts`` is not a sequence of static ints.
+        ValueError: ``counts`` has not one entry >= 0 per rank, or ``x``'s rows
+            disagree with it.
 
     Example:
-        ``mpirun -n 3``, rank r has r + 1 rows::
+        ``mpirun -n 3``, rank r has r + 1 rows:
 
-            counts = [1, 2, 3]
             x = jnp.full((rank + 1, 2), rank)
-            y = mpx.allgatherv(x, counts)    # [[0 0] [1 1] [1 1] [2 2] ...]
-            y, token = jaxmpi.allgatherv(x, counts)   # token API
+            y = mpx.allgatherv(x, [1, 2, 3])   # [[0 0] [1 1] [1 1] [2 2] ...]
     """
     fn = "allgatherv"
     info, tok = begin(fn, comm, token)
@@ -72,67 +51,32 @@ def allgatherv(x, counts, *, comm=None, token=None):
 
 
 def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
-    """Start gathering a different number of rows from every rank, on
-    every rank.
+    """Start gathering a different number of rows from each rank, everywhere.
 
-    MPI_Iallgatherv. The non-blocking form of ``allgatherv``; it matches
-    only ``iallgatherv`` on the other ranks. Rank r contributes
-    ``counts[r]`` rows; every rank gets all of them in rank order.
+    MPI_Iallgatherv, the non-blocking form of ``allgatherv``; it matches only
+    ``iallgatherv`` on the other ranks.
 
     Args:
-        x: this rank's rows: an array of shape ``(counts[rank], *s)``, the
-            same ``s`` and dtype on every rank. The request sends from its
-            own buffer (XLA copies ``x`` first where it is still used after
-            the start).
-        counts: the number of rows of every rank (a list or tuple of
-            ``size`` static ints >= 0, the same on every rank).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: this rank's rows, ``(counts[rank], *s)``; ``s`` the same on all.
+        counts: the rows of every rank, ``size`` static ints >= 0 (see above).
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Iallgatherv in flight and its
-        buffers; ``wait`` on it returns an array of shape
-        ``(sum(counts), *s)``: rank 0's rows, then rank 1's, and so on, on
-        every rank.
+        A ``Request``; ``wait`` on it returns every rank's rows in rank order,
+        shape ``(sum(counts), *s)``.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a count is not a static int, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a count list does not have one count per rank, a count
-            is negative, ``x``'s rows disagree with its count (the error
-            names the argument, its shape and the count), ``x`` is a scalar,
-            or an array lives on more than one device.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK`` (and on the calls the default sparse check
-            covers), ranks whose counts, dtype or row shape disagree, or
-            that call another operation (the blocking form included)
-            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
-            4096 requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``); a count or displacement (in elements)
-            above ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``), on every rank
-            alike (``UNIMPLEMENTED``, see docs/nonblocking.md). Errors of
-            the communication itself are raised by ``wait``.
+        TypeError: ``counts`` is not a sequence of static ints.
+        ValueError: ``counts`` has not one entry >= 0 per rank, or ``x``'s rows
+            disagree with it.
 
     Example:
-        ``mpirun -n 3``, rank r has r + 1 rows::
+        ``mpirun -n 3``, rank r has r + 1 rows:
 
-            counts = [1, 2, 3]
-            x = jnp.full((rank + 1, 2), rank)
-            req = mpx.iallgatherv(x, counts)
-            z = compute(w)                   # while the rows travel
-            y = mpx.wait(req)                # [[0 0] [1 1] [1 1] [2 2] ...]
-            req, token = jaxmpi.iallgatherv(x, counts)   # token API
-            y, token = jaxmpi.wait(req, token=token)
+            req = mpx.iallgatherv(jnp.full((rank + 1, 2), rank), [1, 2, 3])
+            z = compute(w)                  # while the rows travel
+            y = mpx.wait(req)               # [[0 0] [1 1] [1 1] [2 2] ...]
     """
     fn = "iallgatherv"
     info, tok = begin(fn, comm, token)
@@ -146,50 +90,30 @@ def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
 def gatherv(x, counts, root, *, comm=None, token=None):
     """Gather a different number of rows from every rank on the root.
 
-    MPI_Gatherv. Rank r contributes ``counts[r]`` rows; the root gets all
-    of them in rank order.
+    MPI_Gatherv. Rank r contributes ``counts[r]`` rows; the root gets all of
+    them in rank order.
 
     Args:
-        x: this rank's rows: an array of shape ``(counts[rank], *s)``, the
-            same ``s`` and dtype on every rank.
-        counts: the number of rows of every rank (a list or tuple of
-            ``size`` static ints >= 0, the same on every rank).
+        x: this rank's rows, ``(counts[rank], *s)``; ``s`` the same on all.
+        counts: the rows of every rank, ``size`` static ints >= 0 (see above).
         root: the rank that gets the result (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        On ``root``, an array of shape ``(sum(counts), *s)``: rank 0's rows,
-        then rank 1's, and so on; on other ranks, ``x`` unchanged.
+        On ``root``, every rank's rows in rank order (``(sum(counts), *s)``);
+        elsewhere ``x`` unchanged.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a count or root is not a static int, ``comm``
-            is not an intracommunicator, or ``token`` is not a token.
-        ValueError: a count list does not have one count per rank, a count
-            is negative, an array's rows disagree with its count (the error
-            names the argument, its shape and the count), an array is a
-            scalar, a root is out of range, or an array lives on more than
-            one device.
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK`` (and on the calls the default sparse check
-            covers), ranks whose counts, dtype or row shape disagree
-            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
-            with a watchdog timeout (``jaxmpi.set_timeout``), a call that
-            did not complete (``DEADLINE_EXCEEDED``).
+        TypeError: ``counts`` is not a sequence of static ints.
+        ValueError: ``counts`` has not one entry >= 0 per rank, or ``x``'s rows
+            disagree with it, or ``root`` is not a rank of ``comm``.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
-            x = jnp.full((rank, 2), rank)            # 0, 1 and 2 rows
-            y = mpx.gatherv(x, [0, 1, 2], 0)         # rank 0: [[1 1] [2 2] [2 2]]
-            y, token = jaxmpi.gatherv(x, [0, 1, 2], 0)   # token API
+            x = jnp.full((rank, 2), rank)             # 0, 1 and 2 rows
+            y = mpx.gatherv(x, [0, 1, 2], 0)  # rank 0: [[1 1] [2 2] [2 2]]
     """
     fn = "gatherv"
     info, tok = begin(fn, comm, token)
@@ -201,69 +125,33 @@ def gatherv(x, counts, root, *, comm=None, token=None):
 
 
 def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
-    """Start gathering a different number of rows from every rank on the
-    root.
+    """Start gathering a different number of rows from every rank on root.
 
-    MPI_Igatherv. The non-blocking form of ``gatherv``; it matches only
-    ``igatherv`` on the other ranks. Rank r contributes ``counts[r]``
-    rows; the root gets all of them in rank order.
+    MPI_Igatherv, the non-blocking form of ``gatherv``; it matches only
+    ``igatherv`` on the other ranks.
 
     Args:
-        x: this rank's rows: an array of shape ``(counts[rank], *s)``, the
-            same ``s`` and dtype on every rank. The request sends from its
-            own buffer (XLA copies ``x`` first where it is still used after
-            the start).
-        counts: the number of rows of every rank (a list or tuple of
-            ``size`` static ints >= 0, the same on every rank).
+        x: this rank's rows, ``(counts[rank], *s)``; ``s`` the same on all.
+        counts: the rows of every rank, ``size`` static ints >= 0 (see above).
         root: the rank that gets the result (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Igatherv in flight and its buffers;
-        ``wait`` on it returns, on ``root``, an array of shape
-        ``(sum(counts), *s)``: rank 0's rows, then rank 1's, and so on; on
-        other ranks, ``x`` unchanged.
+        A ``Request``; ``wait`` on it returns, on ``root``, every rank's rows
+        in rank order, elsewhere ``x`` unchanged.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a count or root is not a static int, ``comm`` is
-            not an intracommunicator, or ``token`` is not a token.
-        ValueError: a count list does not have one count per rank, a count
-            is negative, ``x``'s rows disagree with its count (the error
-            names the argument, its shape and the count), ``x`` is a scalar,
-            a root is out of range, or an array lives on more than one
-            device.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK`` (and on the calls the default sparse check
-            covers), ranks whose counts, dtype or row shape disagree, or
-            that call another operation (the blocking form included)
-            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
-            4096 requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``); a count or displacement (in elements)
-            of the root's above ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``),
-            on every rank alike (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
+        TypeError: ``counts`` is not a sequence of static ints.
+        ValueError: ``counts`` has not one entry >= 0 per rank, or ``x``'s rows
+            disagree with it, or ``root`` is not a rank of ``comm``.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
-            x = jnp.full((rank, 2), rank)            # 0, 1 and 2 rows
-            req = mpx.igatherv(x, [0, 1, 2], 0)
+            req = mpx.igatherv(jnp.full((rank, 2), rank), [0, 1, 2], 0)
             z = compute(w)
-            y = mpx.wait(req)        # rank 0: [[1 1] [2 2] [2 2]]; else x
-            req, token = jaxmpi.igatherv(x, [0, 1, 2], 0)   # token API
-            y, token = jaxmpi.wait(req, token=token)
+            y = mpx.wait(req)               # rank 0: [[1 1] [2 2] [2 2]]
     """
     fn = "igatherv"
     info, tok = begin(fn, comm, token)
@@ -277,54 +165,32 @@ def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
 def scatterv(x, counts, root, *, comm=None, token=None):
     """Scatter the root's rows: rank r gets ``counts[r]`` of them.
 
-    MPI_Scatterv. Rank 0 gets the first ``counts[0]`` rows of the root's
-    ``x``, rank 1 the next ``counts[1]``, and so on.
+    MPI_Scatterv. Rank 0 gets the first ``counts[0]`` rows of the root's ``x``,
+    rank 1 the next ``counts[1]``, and so on.
 
     Args:
-        x: on ``root``, an array of shape ``(sum(counts), *s)``; on other
-            ranks, a template of this rank's result, shape
-            ``(counts[rank], *s)`` and the same dtype (its data is not
-            used), as ``scatter`` takes.
-        counts: the number of rows each rank gets (a list or tuple of
-            ``size`` static ints >= 0, the same on every rank).
+        x: on ``root``, ``sum(counts)`` rows; elsewhere a result template.
+        counts: the rows of every rank, ``size`` static ints >= 0 (see above).
         root: the rank whose ``x`` is scattered (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        On every rank r, an array of shape ``(counts[r], *s)``: rows
-        ``sum(counts[:r])`` to ``sum(counts[:r + 1])`` of the root's ``x``.
+        On rank r, ``counts[r]`` rows of the root's ``x`` (``(counts[r],
+        *s)``).
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a count or root is not a static int, ``comm``
-            is not an intracommunicator, or ``token`` is not a token.
-        ValueError: a count list does not have one count per rank, a count
-            is negative, an array's rows disagree with its count (the error
-            names the argument, its shape and the count), an array is a
-            scalar, a root is out of range, or an array lives on more than
-            one device.
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK`` (and on the calls the default sparse check
-            covers), ranks whose counts, dtype or row shape disagree
-            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
-            with a watchdog timeout (``jaxmpi.set_timeout``), a call that
-            did not complete (``DEADLINE_EXCEEDED``).
+        TypeError: ``counts`` is not a sequence of static ints.
+        ValueError: ``counts`` has not one entry >= 0 per rank, or ``x``'s rows
+            disagree with it, or ``root`` is not a rank of ``comm``.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
             counts = [2, 0, 1]
             x = jnp.arange(6.0).reshape(3, 2) if rank == 0 else \\
                 jnp.zeros((counts[rank], 2))
-            y = mpx.scatterv(x, counts, 0)   # [[0 1] [2 3]], [], [[4 5]]
-            y, token = jaxmpi.scatterv(x, counts, 0)   # token API
+            y = mpx.scatterv(x, counts, 0)  # [[0 1] [2 3]], [], [[4 5]]
     """
     fn = "scatterv"
     info, tok = begin(fn, comm, token)
@@ -337,69 +203,33 @@ def scatterv(x, counts, root, *, comm=None, token=None):
 def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
     """Start scattering the root's rows: rank r gets ``counts[r]`` of them.
 
-    MPI_Iscatterv. The non-blocking form of ``scatterv``; it matches only
-    ``iscatterv`` on the other ranks. Rank 0 gets the first ``counts[0]``
-    rows of the root's ``x``, rank 1 the next ``counts[1]``, and so on.
+    MPI_Iscatterv, the non-blocking form of ``scatterv``; it matches only
+    ``iscatterv`` on the other ranks.
 
     Args:
-        x: on ``root``, an array of shape ``(sum(counts), *s)``; on other
-            ranks, a template of this rank's result, shape
-            ``(counts[rank], *s)`` and the same dtype (its data is not
-            used), as ``scatterv`` takes.
-        counts: the number of rows each rank gets (a list or tuple of
-            ``size`` static ints >= 0, the same on every rank).
+        x: on ``root``, ``sum(counts)`` rows; elsewhere a result template.
+        counts: the rows of every rank, ``size`` static ints >= 0 (see above).
         root: the rank whose ``x`` is scattered (a static int).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Iscatterv in flight and its buffers;
-        ``wait`` on it returns, on every rank r, an array of shape
-        ``(counts[r], *s)``: rows ``sum(counts[:r])`` to
-        ``sum(counts[:r + 1])`` of the root's ``x``.
+        A ``Request``; ``wait`` on it returns, on rank r, ``counts[r]`` rows of
+        the root's ``x``.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a count or root is not a static int, ``comm`` is
-            not an intracommunicator, or ``token`` is not a token.
-        ValueError: a count list does not have one count per rank, a count
-            is negative, ``x``'s rows disagree with its count (the root's
-            with ``sum(counts)``, a template's with this rank's count; the
-            error names the argument, its shape and the count), ``x`` is a
-            scalar, a root is out of range, or an array lives on more than
-            one device.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK`` (and on the calls the default sparse check
-            covers), ranks whose counts, dtype or row shape disagree, or
-            that call another operation (the blocking form included)
-            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
-            4096 requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``); a count or displacement (in elements)
-            of the root's above ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``),
-            on every rank alike (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
+        TypeError: ``counts`` is not a sequence of static ints.
+        ValueError: ``counts`` has not one entry >= 0 per rank, or ``x``'s rows
+            disagree with it, or ``root`` is not a rank of ``comm``.
 
     Example:
-        ``mpirun -n 3``::
+        ``mpirun -n 3``:
 
             counts = [2, 0, 1]
             x = jnp.arange(6.0).reshape(3, 2) if rank == 0 else \\
                 jnp.zeros((counts[rank], 2))
             req = mpx.iscatterv(x, counts, 0)
-            z = compute(w)
-            y = mpx.wait(req)                # [[0 1] [2 3]], [], [[4 5]]
-            req, token = jaxmpi.iscatterv(x, counts, 0)   # token API
-            y, token = jaxmpi.wait(req, token=token)
+            y = mpx.wait(req)               # [[0 1] [2 3]], [], [[4 5]]
     """
     fn = "iscatterv"
     info, tok = begin(fn, comm, token)
@@ -413,57 +243,34 @@ def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
 def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
     """Every rank sends a different number of rows to every rank.
 
-    MPI_Alltoallv. Rank i's ``x`` is ``size`` blocks of rows in rank
-    order: block j, ``sendcounts[j]`` rows, goes to rank j. The result is
-    the blocks received, in rank order: block i, ``recvcounts[i]`` rows,
-    comes from rank i. Rank i's ``sendcounts[j]`` must equal rank j's
-    ``recvcounts[i]``. At up to 2 ranks, equal ``sendcounts`` and
-    ``recvcounts`` exchange in place (the result shares ``x``'s buffer: no
-    copy in loops).
+    MPI_Alltoallv. Rank i's ``x`` is ``size`` blocks of rows in rank order:
+    block j, ``sendcounts[j]`` rows, goes to rank j; block i of the result,
+    ``recvcounts[i]`` rows, comes from rank i, whose ``sendcounts[i]`` it must
+    equal. At up to 2 ranks, equal ``sendcounts`` and ``recvcounts`` exchange
+    in place (no copy in loops).
 
     Args:
-        x: an array of shape ``(sum(sendcounts), *s)``, the same ``s`` and
-            dtype on every rank.
-        sendcounts: the rows this rank sends to each rank (a list or tuple
-            of ``size`` static ints >= 0).
-        recvcounts: the rows this rank receives from each rank (a list or
-            tuple of ``size`` static ints >= 0).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: an array of shape ``(sum(sendcounts), *s)``, the same ``s`` on all.
+        sendcounts: the rows sent to each rank (``size`` static ints >= 0).
+        recvcounts: the rows received from each rank (``size`` static ints).
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        An array of shape ``(sum(recvcounts), *s)``: the rows from rank 0,
-        then those from rank 1, and so on.
+        The blocks received in rank order, shape ``(sum(recvcounts), *s)``.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a count or root is not a static int, ``comm``
-            is not an intracommunicator, or ``token`` is not a token.
-        ValueError: a count list does not have one count per rank, a count
-            is negative, an array's rows disagree with its count (the error
-            names the argument, its shape and the count), an array is a
-            scalar, a root is out of range, or an array lives on more than
-            one device.
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK`` (and on the calls the default sparse check
-            covers), ranks whose counts, dtype or row shape disagree
-            (``FAILED_PRECONDITION``, on every rank, before the MPI call);
-            with a watchdog timeout (``jaxmpi.set_timeout``), a call that
-            did not complete (``DEADLINE_EXCEEDED``).
+        TypeError: ``sendcounts`` or ``recvcounts`` is not a sequence of static
+            ints.
+        ValueError: a count list has not one entry >= 0 per rank, or ``x`` has
+            not ``sum(sendcounts)`` rows.
 
     Example:
-        ``mpirun -n 2``: rank i sends i + j + 1 rows to rank j::
+        ``mpirun -n 2``: rank i sends i + j + 1 rows to rank j:
 
             send = [rank + j + 1 for j in range(2)]
             recv = [i + rank + 1 for i in range(2)]
             y = mpx.alltoallv(jnp.ones((sum(send), 3)), send, recv)
-            y, token = jaxmpi.alltoallv(x, send, recv)   # token API
     """
     fn = "alltoallv"
     info, tok = begin(fn, comm, token)
@@ -477,74 +284,39 @@ def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
 
 def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
                token=None) -> Request:
-    """Start an exchange where every rank sends a different number of rows
-    to every rank.
+    """Start sending a different number of rows to every rank.
 
-    MPI_Ialltoallv. The non-blocking form of ``alltoallv``; it matches only
+    MPI_Ialltoallv, the non-blocking form of ``alltoallv``; it matches only
     ``ialltoallv`` on the other ranks. Rank i's ``x`` is ``size`` blocks of
-    rows in rank order: block j, ``sendcounts[j]`` rows, goes to rank j.
-    The result is the blocks received, in rank order: block i,
-    ``recvcounts[i]`` rows, comes from rank i. Rank i's ``sendcounts[j]``
-    must equal rank j's ``recvcounts[i]``. Always out of place (the result
-    is a buffer of its own, also where ``alltoallv`` would run in place).
+    rows in rank order: block j, ``sendcounts[j]`` rows, goes to rank j; block
+    i of the result, ``recvcounts[i]`` rows, comes from rank i, whose
+    ``sendcounts[i]`` it must equal. Never in place.
 
     Args:
-        x: an array of shape ``(sum(sendcounts), *s)``, the same ``s`` and
-            dtype on every rank. The request sends from its own buffer (XLA
-            copies ``x`` first where it is still used after the start).
-        sendcounts: the rows this rank sends to each rank (a list or tuple
-            of ``size`` static ints >= 0).
-        recvcounts: the rows this rank receives from each rank (a list or
-            tuple of ``size`` static ints >= 0).
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: an array of shape ``(sum(sendcounts), *s)``, the same ``s`` on all.
+        sendcounts: the rows sent to each rank (``size`` static ints >= 0).
+        recvcounts: the rows received from each rank (``size`` static ints).
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Ialltoallv in flight and its buffers;
-        ``wait`` on it returns an array of shape ``(sum(recvcounts), *s)``:
-        the rows from rank 0, then those from rank 1, and so on.
+        A ``Request``; ``wait`` on it returns the blocks received in rank
+        order, shape ``(sum(recvcounts), *s)``.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), a count is not a static int, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: a count list does not have one count per rank, a count
-            is negative, ``x``'s rows disagree with ``sum(sendcounts)`` (the
-            error names the argument, its shape and the counts), ``x`` is a
-            scalar, or an array lives on more than one device.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK`` (and on the calls the default sparse check
-            covers), ranks whose dtype or row shape disagree, a rank whose
-            ``recvcounts[i]`` is not rank i's ``sendcounts[rank]``, or
-            ranks that call another operation (the blocking form
-            included) (``FAILED_PRECONDITION``, on every rank, before the
-            MPI call); 4096 requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``); this rank's counts or displacements
-            above ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``) even in rows
-            (each rank knows only its own counts: raised on the ranks whose
-            counts are that large) (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
+        TypeError: ``sendcounts`` or ``recvcounts`` is not a sequence of static
+            ints.
+        ValueError: a count list has not one entry >= 0 per rank, or ``x`` has
+            not ``sum(sendcounts)`` rows.
 
     Example:
-        ``mpirun -n 2``: rank i sends i + j + 1 rows to rank j::
+        ``mpirun -n 2``: rank i sends i + j + 1 rows to rank j:
 
             send = [rank + j + 1 for j in range(2)]
             recv = [i + rank + 1 for i in range(2)]
             req = mpx.ialltoallv(jnp.ones((sum(send), 3)), send, recv)
             z = compute(w)
-            y = mpx.wait(req)                    # sum(recv) rows
-            req, token = jaxmpi.ialltoallv(x, send, recv)   # token API
-            y, token = jaxmpi.wait(req, token=token)
+            y = mpx.wait(req)               # sum(recv) rows
     """
     fn = "ialltoallv"
     info, tok = begin(fn, comm, token)
@@ -558,63 +330,38 @@ def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
 
 @_pytree.tree_op(rows=True)
 def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
-    """Reduce ``x`` over all ranks with ``op`` and scatter the result: rank
-    r gets the reduction of every rank's block r.
+    """Reduce ``x``'s blocks over all ranks with ``op``; rank r gets block r.
 
-    MPI_Reduce_scatter_block (without ``counts``) or MPI_Reduce_scatter
-    (with ``counts``). The building block of sharded optimisers: a
-    gradient summed over ranks, each rank keeping its own slice.
+    MPI_Reduce_scatter_block (without ``counts``) or MPI_Reduce_scatter (with
+    ``counts``). Without ``counts``, ``x`` has ``size`` rows and block r is row
+    r; with ``counts``, ``x`` has ``sum(counts)`` rows and block r is the
+    ``counts[r]`` rows after those of ranks 0..r-1. The building block of
+    sharded optimisers. Derivatives for ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX``
+    and ``MPI.MIN``.
 
     Args:
-        x: without ``counts``, an array of shape ``(size, *s)`` whose row r
-            is the block for rank r; with ``counts``, an array of
-            ``sum(counts)`` rows along axis 0, block r being the
-            ``counts[r]`` rows after those of ranks 0..r-1. The same shape
-            and dtype on every rank.
-        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
-            ``allreduce``.
-        counts: optional static sequence of ints, one per rank, equal on
-            every rank (zeros allowed): how many rows of the result each
-            rank gets.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: the blocks, the same shape and dtype on every rank (see above).
+        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
+        counts: None, or the rows of each rank's block (``size`` static ints).
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        Without ``counts``, an array of shape ``s`` (``x.shape[1:]``):
-        ``op`` over every rank's ``x[rank]``. With ``counts``, an array of
-        shape ``(counts[rank], *x.shape[1:])``: ``op`` over every rank's
-        block ``rank``.
+        ``op`` over every rank's block r (rank r): shape ``x.shape[1:]``, or
+        ``(counts[r], *x.shape[1:])`` with ``counts``.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), ``counts`` is not a static sequence of ints,
-            ``op`` is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: ``x.shape[0]`` is not the communicator's size (no
-            ``counts``) or ``sum(counts)``; ``counts`` has not one entry per
-            rank or a negative entry; an array lives on more than one
-            device (jaxmpi needs one JAX device per process).
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK`` (and at the calls the default sparse check
-            compares), ranks that disagree on the call, ``counts`` included
-            (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a call that did not complete
-            (``DEADLINE_EXCEEDED``).
+        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype, or
+            ``counts`` is not a sequence of static ints.
+        ValueError: ``x`` has not ``size`` (or ``sum(counts)``) rows, or
+            ``counts`` has not one entry >= 0 per rank.
+        NotImplementedError: a derivative with any other ``op``.
 
     Example:
-        ``mpirun -n 2``::
+        ``mpirun -n 2``, a gradient summed over ranks, each keeping its slice:
 
             x = jnp.array([[1., 2.], [3., 4.]]) * (rank + 1)
-            y = mpx.reduce_scatter(x, MPI.SUM)  # rank 0: [3. 6.], rank 1: [9. 12.]
-            z = mpx.reduce_scatter(jnp.arange(3.) * (rank + 1), MPI.SUM,
-                                   counts=(1, 2))  # rank 0: [0.], rank 1: [3. 6.]
-            y, token = jaxmpi.reduce_scatter(x, MPI.SUM)  # token API
+            y = mpx.reduce_scatter(x, MPI.SUM)  # rank 0: [3 6], rank 1: [9 12]
     """
     fn = "reduce_scatter"
     info, tok = begin(fn, comm, token)
@@ -627,80 +374,41 @@ def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
 
 
 def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
-    """Start reducing ``x`` over all ranks with ``op`` and scattering the
-    result: rank r gets the reduction of every rank's block r.
+    """Start reducing ``x``'s blocks over all ranks; rank r gets block r.
 
-    MPI_Ireduce_scatter_block (without ``counts``) or MPI_Ireduce_scatter
-    (with ``counts``). The non-blocking form of ``reduce_scatter``; it
-    matches only ``ireduce_scatter`` (of the same form) on the other ranks.
+    MPI_Ireduce_scatter_block (without ``counts``) or MPI_Ireduce_scatter (with
+    ``counts``), the non-blocking form of ``reduce_scatter``; it matches only
+    ``ireduce_scatter`` of the same form on the other ranks. Without
+    ``counts``, ``x`` has ``size`` rows and block r is row r; with ``counts``,
+    ``x`` has ``sum(counts)`` rows and block r is the ``counts[r]`` rows after
+    those of ranks 0..r-1. Derivatives for ``MPI.SUM``.
 
     Args:
-        x: without ``counts``, an array of shape ``(size, *s)`` whose row r
-            is the block for rank r; with ``counts``, an array of
-            ``sum(counts)`` rows along axis 0, block r being the
-            ``counts[r]`` rows after those of ranks 0..r-1. The same shape
-            and dtype on every rank. The request sends from its own buffer
-            (XLA copies ``x`` first where it is still used after the
-            start). At most ``JAXMPI_MAX_COUNT`` (default ``INT_MAX``)
-            elements per block.
-        op: an mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...), as for
-            ``allreduce``. Derivatives: ``MPI.SUM`` only (the blocking
-            ``reduce_scatter`` also has ``PROD``, ``MAX`` and ``MIN``).
-        counts: optional static sequence of ints, one per rank, equal on
-            every rank (zeros allowed): how many rows of the result each
-            rank gets.
-        comm: an mpi4py intracommunicator; None (default) is a clone of
-            ``MPI.COMM_WORLD`` made when jaxmpi is imported
-            (``jaxmpi.get_default_comm()``).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: the blocks, the same shape and dtype on every rank (see above).
+        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
+        counts: None, or the rows of each rank's block (``size`` static ints).
+        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the MPI_Ireduce_scatter_block (or
-        MPI_Ireduce_scatter) in flight and its buffers; ``wait`` on it
-        returns, without ``counts``, an array of shape ``x.shape[1:]``:
-        ``op`` over every rank's ``x[rank]``; with ``counts``, an array of
-        shape ``(counts[rank], *x.shape[1:])``: ``op`` over every rank's
-        block ``rank``.
+        A ``Request``; ``wait`` on it returns, on rank r, ``op`` over every
+        rank's block r.
 
     Raises:
-        TypeError: an array argument is not one array of a supported dtype
-            (a list, tuple, dict, a ``(result, token)`` pair or a token is
-            named as such), ``counts`` is not a static sequence of ints,
-            ``op`` is not defined for the dtype, ``comm`` is not an
-            intracommunicator, or ``token`` is not a token.
-        ValueError: ``x.shape[0]`` is not the communicator's size (no
-            ``counts``) or ``sum(counts)``; ``counts`` has not one entry per
-            rank or a negative entry; an array lives on more than one
-            device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
-        NotImplementedError: differentiating with an ``op`` other than
+        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype, or
+            ``counts`` is not a sequence of static ints.
+        ValueError: ``x`` has not ``size`` (or ``sum(counts)``) rows, or
+            ``counts`` has not one entry >= 0 per rank.
+        NotImplementedError: a derivative with an ``op`` other than
             ``MPI.SUM``.
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message); with
-            ``JAXMPI_CHECK``, ranks that disagree on the call, ``counts``
-            included (``FAILED_PRECONDITION``); 4096 requests of this
-            process already in flight (``RESOURCE_EXHAUSTED``); a block
-            the non-blocking form cannot post (``UNIMPLEMENTED``, see
-            docs/nonblocking.md). Errors of the communication itself are
-            raised by ``wait``.
 
     Example:
-        ``mpirun -n 2``, a gradient summed over ranks, each keeping its
-        slice::
+        ``mpirun -n 2``, a gradient summed over ranks, each keeping its slice:
 
             x = jnp.array([[1., 2.], [3., 4.]]) * (rank + 1)
             req = mpx.ireduce_scatter(x, MPI.SUM)
             z = compute(w)
-            y = mpx.wait(req)                # rank 0: [3. 6.], rank 1: [9. 12.]
-            y = mpx.wait(mpx.ireduce_scatter(jnp.arange(3.) * (rank + 1),
-                                             MPI.SUM, counts=(1, 2)))
-            # rank 0: [0.], rank 1: [3. 6.]
-            req, token = jaxmpi.ireduce_scatter(x, MPI.SUM)   # token API
-            y, token = jaxmpi.wait(req, token=token)
+            y = mpx.wait(req)               # rank 0: [3. 6.], rank 1: [9. 12.]
     """
     fn = "ireduce_scatter"
     info, tok, x, opinfo = reduction_args(fn, x, op, comm, token)

@@ -10,52 +10,35 @@ from ._steps import join
 
 
 def wait(request, *, token=None):
-    """Complete a request: wait until its MPI requests are done and
-    return the operation's result.
+    """Complete a request and return its operation's result.
 
-    The counterpart of MPI_Wait. Inside ``jit`` the wait is an asynchronous
-    XLA FFI handler: while the request is not complete, XLA:CPU may run
-    other work that does not depend on it (with less than
-    ``MPI_THREAD_MULTIPLE`` or ``JAXMPI_ASYNC_WAIT=0`` the wait blocks in
-    its handler instead; see docs/nonblocking.md).
+    MPI_Wait's counterpart. Inside ``jit`` the wait is an asynchronous XLA FFI
+    handler: while the request is not complete, XLA:CPU may run other work that
+    does not depend on it (below ``MPI_THREAD_MULTIPLE`` or with
+    ``JAXMPI_ASYNC_WAIT=0`` it blocks in its handler; docs/nonblocking.md).
 
     Args:
-        request: a ``Request`` from one of the starts (``isend``,
-            ``irecv``, ...), started in this function (the same ``jit``,
-            loop body, ``cond`` branch or transformation) and not yet
-            waited. Each request is waited exactly once.
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        request: a ``Request`` started in this function and not yet waited.
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        The result of the request's operation, as its blocking form
-        returns it: an array, a tuple of arrays for ``ineighbor_exchange``,
-        a list or tuple of arrays for ``ihalo_exchange`` of a list or
-        tuple, or None for ``isend`` and ``ibarrier``.
+        The result of the request's operation, as its blocking form returns it
+        (None for ``isend`` and ``ibarrier``).
 
     Raises:
-        TypeError: ``request`` is not a ``Request``, or ``token`` is not a
-            token.
-        RuntimeError: at trace time (nothing of the function runs):
-            ``request`` was already waited, or was started in another
-            function (another ``jit``, loop body, ``cond`` branch or
-            transformation).
-        jax.errors.JaxRuntimeError: when the wait runs: an MPI error
-            completing the request (naming the op, the rank, the peer and
-            MPI's message); a received message whose size differs from its
-            template's (``FAILED_PRECONDITION``); with a watchdog timeout
-            (``jaxmpi.set_timeout``), a request not complete in time
+        TypeError: ``request`` is not a ``Request``.
+        RuntimeError: at trace time, ``request`` was already waited or was
+            started in another function (``jit``, loop body, ``cond`` branch).
+        jax.errors.JaxRuntimeError: a message of another size than its
+            template; a request not complete within the watchdog's timeout
             (``DEADLINE_EXCEEDED``; its receives are cancelled).
 
     Example:
-        Inside ``jax.jit``::
+        Inside ``jax.jit``:
 
             req = mpx.irecv(template, source=1, tag=7)
             z = compute(w)                  # while the message travels
             y = mpx.wait(req)
-            req, token = jaxmpi.irecv(template, 1, tag=7)   # token API
-            y, token = jaxmpi.wait(req, token=token)
     """
     if not isinstance(request, Request):
         raise TypeError(f"wait: request must be a jaxmpi Request, got "
@@ -84,39 +67,29 @@ def wait(request, *, token=None):
 
 
 def waitall(requests, *, token=None):
-    """Complete several requests, in the order given, and return their
-    results.
+    """Complete several requests, in the order given; return their results.
 
-    The same as calling ``wait`` on each request in turn.
+    The same as ``wait`` on each request in turn (MPI_Wait's counterpart).
 
     Args:
-        requests: a list or tuple of ``Request`` objects, each started in
-            this function and not yet waited, none of them twice.
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        requests: a list or tuple of ``Request`` objects, none of them twice.
+        token: a token to order this call after (optional, never needed).
 
     Returns:
         A list of the requests' results, in their order, each as ``wait``
-        returns it (None for ``isend`` and ``ibarrier``).
+        returns it.
 
     Raises:
-        TypeError: ``requests`` is not a list or tuple, one of its items
-            (named by index) is not a ``Request``, or ``token`` is not a
-            token.
-        RuntimeError: at trace time (nothing of the function runs): the
-            same request appears twice, or one was already waited or
-            started in another function (as for ``wait``).
-        jax.errors.JaxRuntimeError: when the waits run, as for ``wait``.
+        TypeError: ``requests`` is not a list or tuple of ``Request`` objects.
+        RuntimeError: at trace time, a request appears twice, or one is misused
+            as ``wait`` says.
+        jax.errors.JaxRuntimeError: as ``wait``.
 
     Example:
-        A ring shift, inside ``jax.jit``::
+        A ring shift, inside ``jax.jit``:
 
             reqs = [mpx.irecv(t, left), mpx.isend(x, right)]
-            y, _ = mpx.waitall(reqs)             # [left's x, None]
-            r1, token = jaxmpi.irecv(t, left)    # token API
-            r2, token = jaxmpi.isend(x, right, token=token)
-            (y, _), token = jaxmpi.waitall([r1, r2], token=token)
+            y, _ = mpx.waitall(reqs)        # [left's x, None]
     """
     if not isinstance(requests, (list, tuple)):
         raise TypeError(f"waitall: requests must be a list or tuple of "

@@ -2,17 +2,14 @@
 
 ``send`` and ``barrier`` return None; the non-blocking starts return a
 ``Request``, and ``wait`` returns its result (None for a request of
-``isend`` or ``ibarrier``). ``token=`` is still accepted (and
-joined to the order of calls) but never needed. Code written for mpi4jax
->= 0.8 runs with ``import jaxmpi.notoken as mpi4jax``; mpi4jax 0.7's
+``isend`` or ``ibarrier``). ``token=`` is still accepted (and joined to
+the order of calls) but never needed. Code written for mpi4jax 0.8 and
+later runs with ``import jaxmpi.notoken as mpi4jax``; mpi4jax 0.7's
 ``from mpi4jax.experimental import notoken`` becomes ``from
 jaxmpi.experimental import notoken`` (this same module).
 """
 
 from __future__ import annotations
-
-import re as _re
-import textwrap as _textwrap
 
 from . import _core
 from ._collectives import (allgather, allreduce, alltoall, barrier, bcast,
@@ -34,18 +31,17 @@ from ._requests import Request
 def has_cuda_support() -> bool:
     """Whether jaxmpi's C core was built with its CUDA path.
 
-    GPU arrays work when this is True and a CUDA driver and JAX's CUDA
-    plugin are present (see docs/gpu.md). Like mpi4jax's, this says nothing
-    of whether a GPU is visible: ``python -m jaxmpi`` shows the driver.
+    GPU arrays work when this is True and a CUDA driver and JAX's CUDA plugin
+    are present (docs/gpu.md). Like mpi4jax's, it says nothing of whether a GPU
+    is visible: ``python -m jaxmpi`` shows the driver.
 
     Returns:
-        bool: True if the CUDA handlers are built in (they always are: the
-        core needs no CUDA toolkit to build them).
+        bool: True: every build has the CUDA handlers (no toolkit needed).
 
     Example:
-        ::
+        Every build has the CUDA path:
 
-            jaxmpi.has_cuda_support()   # True: every build has the CUDA path
+            jaxmpi.has_cuda_support()       # True
     """
     return _core.get().cuda_built
 
@@ -63,28 +59,3 @@ __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
            "ineighbor_exchange", "iexscan", "ireduce_scatter", "iallgatherv",
            "igatherv", "iscatterv", "ialltoallv", "ihalo_exchange",
            "ineighbor_alltoallv", "wait", "waitall", "Request", "jit"]
-
-# What every start raises for a misused Request (the class's docstring says
-# more), written once here and put in each start's Raises before its entry
-# for GPUs, which every start has, at that entry's indentation (Python 3.13
-# strips a docstring's common indentation, older versions keep it).
-_MISUSE_RAISES = """\
-TypeError: at trace time, the returned ``Request`` leaves the
-    function that started it (returned from ``jit``, or passed into
-    an inner ``jit``, loop body or ``cond`` branch).
-RuntimeError: a request was dropped without a wait: raised by the
-    next jaxmpi call or, for a request never waited inside a jitted
-    function, when that function is compiled (nothing of it
-    runs).
-"""
-_GPU_RAISES = _re.compile(r"^( *)NotImplementedError: the call is compiled "
-                          r"for a GPU", _re.M)
-for _name in [n for n in __all__ if n.startswith("i") and n in (
-        "isend", "irecv", "isendrecv", "iallreduce", "ibcast", "ibarrier", "ireduce", "iscan", "igather", "iscatter", "iallgather", "ialltoall", "ineighbor_exchange", "iexscan", "ireduce_scatter", "iallgatherv", "igatherv", "iscatterv", "ialltoallv", "ihalo_exchange", "ineighbor_alltoallv")]:
-    _fn = globals()[_name]
-    _at = _GPU_RAISES.search(_fn.__doc__ or "")
-    if _at is None:
-        raise AssertionError(f"{_name}'s docstring has no entry for GPUs")
-    _fn.__doc__ = (_fn.__doc__[:_at.start()]
-                   + _textwrap.indent(_MISUSE_RAISES, _at.group(1))
-                   + _fn.__doc__[_at.start():])
