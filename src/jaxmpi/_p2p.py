@@ -335,39 +335,12 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
     """
     fn = "neighbor_exchange"
     info, tok = begin(fn, comm, token)
-    seqs = {}
-    for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
-                        ("sources", sources), ("dests", dests)):
-        if not isinstance(value, (list, tuple)):
-            raise TypeError(f"{fn}: {name} must be a list or tuple, got "
-                            f"{type(value).__name__}: {value!r}")
-        seqs[name] = tuple(value)
-    n = len(seqs["sendbufs"])
-    lengths = {name: len(s) for name, s in seqs.items()}
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"{fn}: sendbufs, recvbufs, sources and dests must "
-                         f"have the same length, got {lengths}")
-    if n > PAIRS_PER_CALL:
-        raise ValueError(f"{fn}: at most {PAIRS_PER_CALL} pairs in one "
-                         f"call, got {n}")
-    xs = [v.array(x, fn, f"sendbufs[{i}]")
-          for i, x in enumerate(seqs["sendbufs"])]
-    ts = [v.array(t, fn, f"recvbufs[{i}]")
-          for i, t in enumerate(seqs["recvbufs"])]
-    srcs = tuple(v.rank_arg(s, fn, f"sources[{i}]", info,
-                            allow=(MPI.PROC_NULL,))
-                 for i, s in enumerate(seqs["sources"]))
-    dsts = tuple(v.rank_arg(d, fn, f"dests[{i}]", info, allow=(MPI.PROC_NULL,))
-                 for i, d in enumerate(seqs["dests"]))
-    tag = v.tag_arg(tag, fn, "tag", info)
-    if n:
-        v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
+    xs, params = _exchange_args(fn, sendbufs, recvbufs, sources, dests, tag,
+                                info, 0, PAIRS_PER_CALL)
     join(tok)
-    if n == 0:
+    if not xs:
         return ()
-    return tuple(neighbor_exchange_p.bind(
-        *xs, comm=info, sources=srcs, dests=dsts, tag=tag,
-        recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts)))
+    return tuple(neighbor_exchange_p.bind(*xs, **params))
 
 
 def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
@@ -410,6 +383,17 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
     """
     fn = "ineighbor_exchange"
     info, tok = begin(fn, comm, token)
+    xs, params = _exchange_args(fn, sendbufs, recvbufs, sources, dests, tag,
+                                info, 1, PAIRS_PER_REQUEST)
+    join(tok)
+    return compose_one(fn, tuple(xs), params)
+
+
+def _exchange_args(fn, sendbufs, recvbufs, sources, dests, tag, info, least,
+                   most):
+    """neighbor_exchange's (and ineighbor_exchange's) arguments checked:
+    the arrays to send and the primitive's parameters (``least`` to
+    ``most`` pairs)."""
     seqs = {}
     for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
                         ("sources", sources), ("dests", dests)):
@@ -422,9 +406,9 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
     if len(set(lengths.values())) != 1:
         raise ValueError(f"{fn}: sendbufs, recvbufs, sources and dests must "
                          f"have the same length, got {lengths}")
-    if not 1 <= n <= PAIRS_PER_REQUEST:
-        raise ValueError(f"{fn}: 1 to {PAIRS_PER_REQUEST} pairs in one "
-                         f"call, got {n}")
+    if not least <= n <= most:
+        limit = f"at most {most}" if least == 0 else f"{least} to {most}"
+        raise ValueError(f"{fn}: {limit} pairs in one call, got {n}")
     xs = [v.array(x, fn, f"sendbufs[{i}]")
           for i, x in enumerate(seqs["sendbufs"])]
     ts = [v.array(t, fn, f"recvbufs[{i}]")
@@ -435,8 +419,8 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
     dsts = tuple(v.rank_arg(d, fn, f"dests[{i}]", info, allow=(MPI.PROC_NULL,))
                  for i, d in enumerate(seqs["dests"]))
     tag = v.tag_arg(tag, fn, "tag", info)
-    v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
-    join(tok)
-    return compose_one(fn, tuple(xs), dict(
+    if n:
+        v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
+    return xs, dict(
         comm=info, sources=srcs, dests=dsts, tag=tag,
-        recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts)))
+        recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts))

@@ -14,6 +14,9 @@ import sys
 
 from conftest import ROOT, san_env
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("mpi_dependent", "jax_dependent")
+
 SRC = os.path.join(ROOT, "src", "jaxmpi")
 
 

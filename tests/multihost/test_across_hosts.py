@@ -21,6 +21,7 @@ prove that the traffic crossed the links:
     on one host, and its halo exchanges cross the links.
 """
 
+import importlib.util
 import json
 import os
 import re
@@ -29,12 +30,22 @@ import numpy as np
 import pytest
 from hostsetup import RANK_ENV
 
+def _suite(name):
+    """The files of a suite of tests/mpi (tests/suites.py)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location(
+        "suites", os.path.join(root, "tests", "suites.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.files(name)
+
+
 # Launched across hosts: the op and autodiff suites of tests/mpi, and the
 # newer operations (variable counts, reduce_scatter and exscan, halo
-# exchange on Cartesian communicators, pytrees: 10 s more at 2 ranks).
-SUITE = ["tests/mpi/test_collectives.py", "tests/mpi/test_p2p.py", "tests/mpi/test_autodiff.py",
-         "tests/mpi/test_vcollectives.py", "tests/mpi/test_reduce_scatter_exscan.py",
-         "tests/mpi/test_halo.py", "tests/mpi/test_pytree.py"]
+# exchange on Cartesian communicators, pytrees: 10 s more at 2 ranks): the
+# files whose SUITES name "across_hosts".
+SUITE = _suite("across_hosts")
 SUITE_FLOOR = 1 << 20  # bytes each way on every host's eth0
 PYTEST = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "--color=no",
           "--timeout-method=thread", "--timeout=300"]
