@@ -1,13 +1,10 @@
 """Eager calls without compiling: the direct path for a concrete CPU array.
 
-``jaxmpi.allreduce(x)`` outside any trace used to run as a one-op jitted
-computation with the ordered effect: JAX's Python dispatch path plus a
-runtime token, 134 us per 4-byte call at 1 rank (74 us with the token fast
-path of _effect.py) against 4.7 us for mpi4py's ``Allreduce`` on NumPy
-arrays. Here the same MPI call runs at once on the array's host buffer
-(``allreduce``, ``scan``, ``bcast``, ``allgather``, ``alltoall``: 80-83 us
--> 16-21 us per 4-byte call at 2 ranks in the default check mode, mpi4py
-0.8-2.2 us):
+``jaxmpi.allreduce(x)`` outside any trace would run as a one-op compiled
+computation: JAX's dispatch, many times the MPI call's own cost
+(docs/design.md, "Dispatch", has the measurements). Here the same MPI call
+runs at once on the array's host buffer (``allreduce``, ``scan``,
+``bcast``, ``allgather``, ``alltoall``):
 
 1. order: the calls of previously dispatched jaxmpi computations of this
    Python thread finish first (JAX's runtime token of the effect, the token

@@ -159,18 +159,17 @@ def install_multi_device_error():
 
 
 # ---- dispatch: the runtime token of a one-device computation ---------------
-# Every call of a jitted computation with an ordered effect takes the token
-# the previous such call returned (JAX's RuntimeTokenSet, per Python thread).
-# JAX 0.10.2 re-places that token with api.device_put onto a sharding built
-# afresh per call (NamedSharding(Mesh(devices, 'x'), P('x'))), which for a
-# one-device program is the device the token already lives on: measured at
-# 1 rank, 55 of the 110 us a jitted 4-byte allreduce costs per call
-# (cProfile: dispatch.get_token_input, 43% of the call). For jaxmpi's effect
-# on one device, the token array is handed on as it is: the same buffer, so
-# the next program still waits for it (PJRT waits for its inputs' definition
-# events), hence the same order. Anything else takes JAX's own path.
-# Every dispatch of jaxmpi work passes here, which is where _threads.guard
-# refuses a second Python thread below MPI_THREAD_MULTIPLE.
+# Every call of a jitted computation with an ordered effect takes the token the
+# previous such call returned (JAX's RuntimeTokenSet, per Python thread). JAX
+# 0.10.2 re-places that token with api.device_put onto a sharding built afresh
+# per call (NamedSharding(Mesh(devices, 'x'), P('x'))), which for a one-device
+# program is the device the token already lives on: half of a jitted 4-byte
+# allreduce's cost (docs/design.md, "Dispatch"). For jaxmpi's effect on one
+# device, the token array is handed on as it is: the same buffer, so the next
+# program still waits for it (PJRT waits for its inputs' definition events),
+# hence the same order. Anything else takes JAX's own path. Every dispatch of
+# jaxmpi work passes here, which is where _threads.guard refuses a second
+# Python thread below MPI_THREAD_MULTIPLE.
 
 
 def _install_token_fastpath() -> bool:

@@ -135,16 +135,11 @@ iscatterv_p = define_start(
 
 
 def _alltoallv_aliases(*, comm, sendcounts, recvcounts):
-    """The result shares x's buffer where the exchange can run in place:
-    equal counts per peer (each block comes back into the place it left,
-    MPI_IN_PLACE's alltoallv), and at most 2 ranks. Otherwise XLA copies the
-    new result into a loop's carry every iteration: 161 us against
-    alltoall's 74 at 1 MiB, 2 ranks. From 3 ranks a rank's equal counts say
-    nothing of the other ranks' (rank 0 can have them while rank 1 has
-    not), and an exchange in place on some ranks cannot meet MPI_Alltoallv
-    on others; at 2 ranks rank 0's counts are equal exactly when rank 1's
-    are (both say sendcounts[peer] == recvcounts[peer] of the one pair).
-    The C core takes the same decision from the counts (collectives.c)."""
+    """The result shares x's buffer where the exchange can run in place
+    (otherwise XLA copies the new result into a loop's carry every
+    iteration): equal counts per peer, and at most 2 ranks, where a rank's
+    counts are equal exactly when its peer's are (docs/design.md, "Results
+    in place"). The C core takes the same decision from the counts."""
     if comm.size <= 2 and tuple(sendcounts) == tuple(recvcounts):
         return {0: 0}
     return None

@@ -140,10 +140,8 @@ def _unpack(out, inner):
 
 # Eager calls pack and unpack each group in one jitted computation: no
 # effect, so JAX's C++ dispatch runs them (cached per leaf shapes), and only
-# the MPI call itself takes the effectful path. A 100-leaf float32 tree
-# (237 KiB) at 1 rank: 1.70 ms per eager allreduce when the packing, the
-# call and the unpacking were one jitted computation with the effect
-# (JAX's Python dispatch of 100 arguments and 100 results), 1.0 ms so.
+# the MPI call itself takes the effectful path (the measurements:
+# benchmarks/README.md, pytrees).
 _packed = jax.jit(_pack, static_argnums=1)
 _unpacked = jax.jit(_unpack, static_argnums=1)
 
@@ -202,15 +200,10 @@ def _arguments(op, spec: Packing, sig, args, kwargs):
 
 # Eager calls of these operations run the whole tree call (packing, the MPI
 # call per dtype, unpacking) as one jaxmpi.jit region, cached per operation,
-# tree structure and static arguments: one C++ dispatch of all leaves. A
-# 100-leaf float32 tree (237 KiB) at 2 ranks (benchmarks/pytree.py): 680-700
-# us per eager allreduce with the packing and the unpacking each a jitted
-# computation around the single-array eager call, 406-465 us with one region,
-# most of it JAX's handling of 100 arguments and 100 results (a jitted
-# identity of the 100 leaves takes 217 us at 1 rank). Operations whose eager
-# result is an input itself (bcast on the root, gather off it, ...) keep
-# that path, which returns the input unchanged as their single-array forms
-# do.
+# tree structure and static arguments: one C++ dispatch of all leaves
+# (benchmarks/pytree.py). Operations whose eager result is an input itself
+# (bcast on the root, gather off it, ...) keep the path above, which returns
+# the input unchanged as their single-array forms do.
 _REGION_OPS = frozenset({"allreduce", "scan", "exscan", "allgather",
                          "alltoall", "reduce_scatter", "allgatherv",
                          "alltoallv"})

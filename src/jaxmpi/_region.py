@@ -1,16 +1,15 @@
 """``jaxmpi.jit``: a jitted function whose calls take JAX's C++ dispatch path.
 
 Any effect in a jitted computation turns off JAX's C++ fast path, and every
-call of a computation with an ordered effect passes a runtime token: a
-jitted function holding one 4-byte allreduce cost 55-65 us per call against
-5-6 us for a plain one (docs/design.md, "Dispatch"). ``jaxmpi.jit(f)``
+call of a computation with an ordered effect passes a runtime token: many times
+a plain jitted call's cost (docs/design.md, "Dispatch"). ``jaxmpi.jit(f)``
 traces ``f`` as ``jax.jit`` would, then wraps its jaxpr in one primitive,
 ``jaxmpi_region``, that carries no effect: the computation JAX dispatches has
 no effect, so its calls take the C++ path. The region's lowering creates the
-ordered effect's token inside the computation (``stablehlo.create_token``)
-and threads it through every jaxmpi call of ``f`` in program order, across
-loops and conditionals, exactly as JAX threads it for ``jax.jit``: the order
-inside a computation is unchanged.
+ordered effect's token inside the computation (``stablehlo.create_token``) and
+threads it through every jaxmpi call of ``f`` in program order, across loops
+and conditionals, exactly as JAX threads it for ``jax.jit``: the order inside a
+computation is unchanged.
 
 What the region gives up is the runtime token between dispatches. The order
 of calls across dispatches then rests on the device's queue: XLA:CPU runs
@@ -166,12 +165,12 @@ class Jitted:
 
 # ---- eager calls: each primitive alone in a cached region -----------------
 # A jaxmpi operation called outside any trace binds its primitive, whose
-# implementation JAX's apply_primitive compiled and dispatched as a jitted
-# one-op computation with the ordered effect: JAX's Python dispatch path,
-# 55 us per 4-byte allreduce at 1 rank, 80-100 at 2. The same computation
-# as a jaxmpi.jit region, cached per primitive and parameters, takes the C++
-# path (5.5 us at 1 rank). Arrays on other platforms (the GPU, where no
-# region has been run yet) keep apply_primitive.
+# implementation JAX's apply_primitive would compile and dispatch as a
+# jitted one-op computation with the ordered effect: JAX's Python dispatch
+# path. The same computation as a jaxmpi.jit region, cached per primitive
+# and parameters, takes the C++ path (docs/design.md, "Dispatch"). Arrays on
+# other platforms (the GPU, where no region has been run yet) keep
+# apply_primitive.
 
 
 # The traceback of the eager call being made on this thread: a region's

@@ -1,7 +1,8 @@
 """Below MPI_THREAD_MULTIPLE, one Python thread only: checked, not hoped.
 
 With MPI_THREAD_SERIALIZED (``mpi4py.rc.thread_level = "serialized"``,
-about 0.25 us cheaper per MPI call than MPI_THREAD_MULTIPLE with MPICH),
+cheaper per MPI call than MPI_THREAD_MULTIPLE with MPICH: docs/design.md,
+"Thread level"),
 jaxmpi's MPI calls are safe when they never run two at a time. They come
 from XLA's threads (the dispatching thread, PJRT's worker, Eigen's pool), but
 one jaxmpi ordered effect chains every call of a computation, JAX chains the

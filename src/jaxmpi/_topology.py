@@ -153,8 +153,7 @@ class _Halo:
         # halo already filled), as the demo's hand-written exchange does.
         # Slicing the input instead (the wrapped halo rebuilt from its rims
         # by concatenation) made XLA copy every array twice per call and run
-        # a fusion per corner cell: 3 float32 fields of 64 x 128 on a 1 x 2
-        # grid, 63 against 8.8 us per exchange (benchmarks/halo.py).
+        # a fusion per corner cell, 7 times slower (benchmarks/halo.py).
         out = list(arrays)
         for k, lo, hi, at in self.local:  # from the own cells
             out[k] = lax.dynamic_update_slice(out[k],
@@ -497,7 +496,7 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
 
 
 # ---- the non-blocking forms --------------------------------------------------
-# Each is a Request made of ineighbor_exchange requests (_nonblocking.compose):
+# Each is a Request made of ineighbor_exchange requests (_requests.compose):
 # the start makes the blocking op's checks, packs its messages and posts
 # them; the wait unpacks them as the blocking op does. Derivatives and vmap
 # are those of the parts: ineighbor_exchange's JVP (a tangent request beside
