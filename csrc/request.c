@@ -301,8 +301,10 @@ static XLA_FFI_Error *begin(jm_call *c, jm_req **out, const char *fn,
   r->call = *c;
   r->call.frame = NULL;
   r->call.stream = NULL;
-  for (int i = 0; i < JM_MAX_BUFFERS; i++) r->call.arg[i].dims = NULL;
-  for (int i = 0; i < JM_MAX_BUFFERS; i++) r->call.ret[i].dims = NULL;
+  for (size_t i = 0; i < sizeof r->call.arg / sizeof *r->call.arg; i++)
+    r->call.arg[i].dims = NULL;
+  for (size_t i = 0; i < sizeof r->call.ret / sizeof *r->call.ret; i++)
+    r->call.ret[i].dims = NULL;
   for (int k = 0; k < 3; k++) {
     r->call.rows[k] = NULL; /* the frame's attributes: see the v-starts */
     r->call.nrows[k] = 0;
@@ -943,7 +945,7 @@ XLA_FFI_Error *jm_run_ineighbor_exchange(jm_call *c) {
     jm_buffer *y = &c->ret[1 + n + i];
     r->peer = c->sources[i];
     rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->sources[i],
-                  c->tag + i, c->comm, &r->reqs[i]);
+                  c->tag + i, jm_recv_comm(c, i), &r->reqs[i]);
     if (!rc) {
       r->recv_ret[i] = 1 + n + i;
       r->nreq = r->nrecv = i + 1;
@@ -956,7 +958,7 @@ XLA_FFI_Error *jm_run_ineighbor_exchange(jm_call *c) {
     jm_buffer *x = &c->ret[1 + i];
     r->peer = c->dests[i];
     rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],
-                  c->tag + i, c->comm, &r->reqs[n + i]);
+                  c->tag + i, jm_send_comm(c, i), &r->reqs[n + i]);
     if (!rc) r->nreq = n + i + 1;
   }
   if (!rc) {

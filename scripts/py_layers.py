@@ -34,8 +34,10 @@ LAYERS = [
     ("0", ["_version", "_jax_compat", "_dtypes"]),  # facts
     ("1", ["_errors", "_faults"]),                  # errors
     ("2", ["_core", "_threads"]),                   # the C core, one thread
-    ("3", ["_validate", "_effect"]),                # argument checks, effect
-    ("4", ["_region"]),                             # jaxmpi.jit's region
+    ("3.0", ["_effect"]),                           # the ordered effect
+    ("3.1", ["_devices"]),                          # communicators per device
+    ("3.2", ["_validate"]),                         # argument checks
+    ("4", ["_region", "_sharded"]),                 # jaxmpi.jit, sharded eager
     ("5", ["_eager", "_pytree"]),                   # eager calls, pytrees
     ("6.0", ["_registry"]),                         # Python's ops.h
     ("6.1", ["_requests"]),                         # Request, wait_p
@@ -47,7 +49,7 @@ LAYERS = [
              "_wait"]),                             # public operations
     ("8.0", ["notoken"]),                           # the one list
     ("8.1", ["__init__"]),                          # the token API
-    ("8.2", ["experimental", "__main__"]),
+    ("8.2", ["experimental", "__main__", "mpi4jax"]),
 ]
 
 

@@ -59,8 +59,6 @@ _atexit.register(_stop_progress)
 _atexit.register(_jax.effects_barrier)
 # An uncaught exception on one rank ends the whole job (see _faults.py).
 _faults.install()
-# A sharded jit of jaxmpi calls gets jaxmpi's error, not JAX's bare one.
-_effect.install_multi_device_error()
 
 _eager_token = None
 
@@ -107,6 +105,7 @@ for _name in _OPERATIONS:
     globals()[_name] = _with_token(getattr(notoken, _name))
 del _name
 Request = notoken.Request
+DeviceCart = notoken.DeviceCart
 has_cuda_support = notoken.has_cuda_support
 
 
@@ -194,7 +193,7 @@ def get_default_comm():
 
 
 __all__ = [
-    *_OPERATIONS, "Request",
+    *_OPERATIONS, "Request", "DeviceCart",
     "has_cuda_support", "jit", "get_default_comm", "set_check",
     "set_timeout",
     "MPIConfigurationError", "notoken",

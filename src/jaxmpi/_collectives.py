@@ -6,6 +6,11 @@ token)``."""
 
 from __future__ import annotations
 
+import math
+
+import jax.numpy as jnp
+from jax import lax
+
 from . import _core, _eager, _pytree
 from . import _jax_compat as jc
 from . import _validate as v
@@ -25,13 +30,17 @@ def _direct(x, run, arg, comm):
 
 
 @_pytree.tree_op()
-def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
+def allreduce(x, op, *, comm=None, token=None, adjoint="replicated",
+              axis_name=None):
     """Reduce ``x`` over all ranks with ``op``; every rank gets the result.
 
     MPI_Allreduce. Derivatives for ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX`` and
     ``MPI.MIN``. ``adjoint`` chooses how reverse mode treats the replicated
     result (docs/autodiff.md): ``"replicated"`` (the default, as in mpi4jax and
-    JPI) counts its cotangent once, ``"sum"`` is the exact adjoint.
+    JPI) counts its cotangent once, ``"sum"`` is the exact adjoint. Inside
+    ``shard_map``, ``axis_name`` reduces over the shards of those mesh axes
+    too: XLA over the local devices, then MPI between the processes
+    (docs/devices.md).
 
     Args:
         x: the array to reduce, the same shape and dtype on every rank.
@@ -39,14 +48,18 @@ def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
         comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
         token: a token to order this call after (optional, never needed).
         adjoint: ``"replicated"`` (default) or ``"sum"``, as above.
+        axis_name: inside ``shard_map``, mesh axes to reduce over as well.
 
     Returns:
         ``op`` over every rank's ``x``: an array of ``x``'s shape and dtype.
 
     Raises:
         TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
-        ValueError: ``adjoint`` is not ``"replicated"`` or ``"sum"``.
-        NotImplementedError: a derivative with any other ``op``.
+        ValueError: ``adjoint`` is not ``"replicated"`` or ``"sum"``;
+            ``axis_name`` names no manual mesh axis of the current
+            ``shard_map``, or ``op`` is not SUM, PROD, MAX or MIN with it.
+        NotImplementedError: a derivative with any other ``op``;
+            ``adjoint="sum"`` with ``axis_name``.
 
     Example:
         Sum over 4 ranks (``mpirun -n 4``), inside ``jax.jit``:
@@ -59,10 +72,80 @@ def allreduce(x, op, *, comm=None, token=None, adjoint="replicated"):
             f"allreduce: adjoint={adjoint!r} must be 'replicated' or 'sum'")
     info, tok, x, opinfo = reduction_args("allreduce", x, op, comm, token)
     join(tok)
+    if axis_name is not None:
+        names = _over_shards_args("allreduce", axis_name, opinfo.name, adjoint)
+        return _over_shards(x, opinfo.name, names, lambda y: allreduce_p.bind(
+            y, comm=info, op=opinfo, adjoint=adjoint)[0])
     y = _direct(x, _eager.allreduce, opinfo.handle, comm)
     if y is not None:
         return y
     return allreduce_p.bind(x, comm=info, op=opinfo, adjoint=adjoint)[0]
+
+
+# ---- allreduce over every shard: XLA over the local mesh axes, MPI across --
+# Small arrays: psum (pmax, pmin; PROD: all_gather and a product), then an
+# MPI allreduce of the whole array on every position at once. From
+# SCATTER_BYTES a SUM goes by pieces: psum_scatter (each device keeps 1/k of
+# the local sum), the MPI allreduce of that piece, all_gather: each device
+# moves 1/k of the data through MPI, the k positions' messages at once.
+SCATTER_BYTES = 1 << 16
+
+
+def _over_shards_args(fn: str, axis_name, opname: str, adjoint: str) -> tuple:
+    """axis_name as a tuple of manual mesh axes of the current shard_map,
+    or a clear error."""
+    names = axis_name if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    mesh = jc.abstract_mesh()
+    manual = set(jc.manual_axes(mesh)) if mesh is not None else set()
+    missing = [a for a in names if a not in manual]
+    if not names or missing:
+        raise ValueError(
+            f"{fn}: axis_name={axis_name!r} must name mesh axes of the "
+            f"shard_map this call is traced in (manual axes here: "
+            f"{sorted(manual) or 'none: not inside shard_map'})")
+    if opname not in ("SUM", "PROD", "MAX", "MIN"):
+        raise ValueError(
+            f"{fn}: with axis_name, op must be MPI.SUM, MPI.PROD, MPI.MAX or "
+            f"MPI.MIN (XLA reduces the local shards), got MPI.{opname}")
+    if adjoint != "replicated":
+        raise NotImplementedError(
+            f"{fn}: with axis_name the local reduction is XLA's, whose "
+            "result is replicated over the mesh axes and counted once in "
+            "gradients (adjoint='replicated'); adjoint='sum' is not "
+            "supported with axis_name")
+    return tuple(names)
+
+
+def _axis_size(axis_name) -> int:
+    mesh = jc.abstract_mesh()
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    return math.prod(sizes[a] for a in names)
+
+
+def _over_shards(x, opname: str, axis_name, mpi_allreduce):
+    """op over x's shards on the mesh axes `axis_name` of every process;
+    mpi_allreduce(y) reduces y across processes (on the device's
+    position's communicator)."""
+    k = _axis_size(axis_name)
+    if opname == "SUM":
+        if k > 1 and x.size >= k and x.size * x.dtype.itemsize >= SCATTER_BYTES:
+            flat = x.reshape(-1)
+            pad = (-flat.size) % k
+            if pad:
+                flat = jnp.concatenate([flat, jnp.zeros(pad, flat.dtype)])
+            piece = lax.psum_scatter(flat, axis_name, tiled=True)
+            whole = lax.all_gather(mpi_allreduce(piece), axis_name, tiled=True)
+            return whole[:x.size].reshape(x.shape)
+        return mpi_allreduce(lax.psum(x, axis_name))
+    if opname == "MAX":
+        return mpi_allreduce(lax.pmax(x, axis_name))
+    if opname == "MIN":
+        return mpi_allreduce(lax.pmin(x, axis_name))
+    if opname == "PROD":
+        every = lax.all_gather(x, axis_name)  # (k, *x.shape), local shards
+        return mpi_allreduce(jnp.prod(every, axis=0).astype(x.dtype))
+    raise ValueError(opname)
 
 
 def iallreduce(x, op, *, comm=None, token=None,

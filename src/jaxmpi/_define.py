@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from mpi4py import MPI
 
-from . import _core, _registry, _validate
+from . import _core, _devices, _registry, _validate
 from . import _jax_compat as jc
 from ._effect import join_token_lowering, lower_with_token, mpi_effect
 from ._region import apply_in_region
@@ -58,8 +58,15 @@ def _as_int64(value: int) -> np.int64:
 
 def attributes(params) -> dict:
     """The FFI attributes among an op's parameters, as the C core reads
-    them (_registry's kinds); a parameter that is None is none."""
+    them (_registry's kinds); a parameter that is None is none. A call
+    traced over several devices also gets their number and the
+    communicator of each position (``devices``, ``comms``)."""
     attrs = {}
+    comm = params.get("comm")
+    if getattr(comm, "devices", 0):
+        attrs["devices"] = np.int64(comm.devices)
+        attrs["comms"] = np.asarray([_as_int64(h) for h in comm.comms],
+                                    np.int64)
     for k, v in params.items():
         if v is None:
             continue
@@ -118,6 +125,17 @@ def register_lowering(prim, lowering) -> None:
                                   **_UNCACHED)
 
 
+class MPIPrimitive(jc.Primitive):
+    """A jaxmpi primitive: inside shard_map its operands are first made to
+    vary over the mesh axes its results will (_devices.vary_operands), so
+    that its transpose gives each operand a cotangent of its own type."""
+
+    def bind(self, *args, **params):
+        if not jc.trace_state_clean():
+            args = _devices.vary_operands(args, params)
+        return super().bind(*args, **params)
+
+
 def define_blocking(name: str, shape_rule, aliases=None):
     """The primitive jaxmpi_<name> of a blocking op, registered in
     _registry.BLOCKING: its results have the avals `shape_rule` gives, it
@@ -126,11 +144,12 @@ def define_blocking(name: str, shape_rule, aliases=None):
     XLA's operand_output_aliases, or a function of the op's parameters
     giving that, for ops whose shapes differ between ranks). An op whose
     lowering differs registers its own with ``register_lowering``."""
-    prim = jc.Primitive(f"jaxmpi_{name}")
+    prim = MPIPrimitive(f"jaxmpi_{name}")
     prim.multiple_results = True
     prim.def_impl(partial(apply_in_region, prim))
     prim.def_effectful_abstract_eval(
-        lambda *avals, **params: (shape_rule(*avals, **params), {mpi_effect}))
+        lambda *avals, **params: (_devices.typed(
+            shape_rule(*avals, **params), avals, params), {mpi_effect}))
 
     def lowering(ctx, *operands, **params):
         return lower_call(ctx, name, operands, params,
@@ -320,7 +339,7 @@ def define_start(name, *, buffers, aliases, results, backward,
     target: a function of the parameters naming the C start where it is
         not `name` (one of _registry.EXTRA_START_TARGETS).
     """
-    prim = jc.Primitive(f"jaxmpi_{name}")
+    prim = MPIPrimitive(f"jaxmpi_{name}")
     prim.multiple_results = True
 
     def impl(*args, rid, **params):
@@ -330,8 +349,9 @@ def define_start(name, *, buffers, aliases, results, backward,
 
     prim.def_impl(impl)
     prim.def_effectful_abstract_eval(
-        lambda *avals, rid, **params: (
-            [HANDLE_AVAL, *buffers(*avals, **params)], {mpi_effect}))
+        lambda *avals, rid, **params: (_devices.typed(
+            [HANDLE_AVAL, *buffers(*avals, **params)], avals, params,
+            extra=(0,)), {mpi_effect}))
 
     def rule_for(aliases, c_name=name):
         return jax.ffi.ffi_lowering(

@@ -38,8 +38,7 @@ from mpi4py import MPI
 
 from . import _core, _dtypes
 from . import _jax_compat as jc
-from ._effect import mpi_effect
-from ._region import MARKER_KEY
+from ._effect import wait_for_dispatched
 from ._threads import guard
 
 _ENABLED = os.environ.get("JAXMPI_EAGER_DIRECT", "1").strip().lower() not in (
@@ -87,18 +86,6 @@ def usable(x) -> bool:
     except AttributeError:
         return False
     return device.platform == "cpu" and x.size <= core.count_limit
-
-
-def wait_for_dispatched() -> None:
-    """Return once every jaxmpi computation this thread dispatched ended:
-    the runtime token of jax.jit's, the marker of jaxmpi.jit's (_region)."""
-    tokens = jc.dispatch.runtime_tokens
-    tok = tokens.current_tokens.get(mpi_effect)
-    if tok is not None:
-        tok.block_until_ready()
-    marker = tokens.output_runtime_tokens.get(MARKER_KEY)
-    if marker is not None:
-        marker.block_until_ready()
 
 
 def _new_array(x, data: np.ndarray):

@@ -1,6 +1,6 @@
 """jaxmpi's exception types and the words its errors share: mpi4jax's
 wording, appended where mpi4jax raises for the same misuse, and the help
-for arrays on several devices."""
+for arrays and programs on several devices."""
 
 from __future__ import annotations
 
@@ -18,20 +18,19 @@ class UnsupportedDtypeError(TypeError, RuntimeError):
 
 
 MULTI_DEVICE_HELP = (
-    "jaxmpi needs one JAX device per MPI process: each MPI rank owns one "
-    "device, and jaxmpi communicates between ranks, not between the devices "
-    "of one process. To get one device per process: on the CPU, leave out "
-    "XLA_FLAGS=--xla_force_host_platform_device_count=N or set it to 1 "
-    "(JAX_PLATFORMS=cpu); on GPUs, start one rank per GPU and give each "
-    "rank its own with CUDA_VISIBLE_DEVICES=<local rank> (e.g. from "
-    "MPI's local-rank variable in a wrapper script), or use "
-    "jax.devices()[i] and keep every array of jaxmpi calls on it. Sharded "
-    "arrays: run one MPI rank per device and give each rank its shard (or "
-    "move the array onto one device first, e.g. "
-    "jax.device_put(x, jax.devices()[0])); under jax.jit, do not give "
-    "in_shardings/out_shardings over several devices to a function that "
-    "calls jaxmpi. See docs/apis.md (one JAX device per MPI process)."
-)
+    "Eagerly, the blocking operations apply per shard of a sharded array "
+    "(each device meets the devices at its mesh position on the other "
+    "processes); this one does not: call it inside jax.shard_map over the "
+    "array's mesh, where each device calls it on its shard, e.g. "
+    "jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P('d'), out_specs=P('d'))). "
+    "See docs/devices.md.")
+
+SHARD_MAP_HELP = (
+    "JAX's partitioner cannot place an MPI call (a side effect) in an "
+    "auto-sharded computation. Write the per-device part with "
+    "jax.shard_map(f, mesh=mesh, in_specs=..., out_specs=...), every mesh "
+    "axis manual: inside it each device calls MPI between the shards at its "
+    "mesh position on every process (docs/devices.md).")
 
 # ---- mpi4jax's wording (issue 12, item 7) -----------------------------------
 # Where mpi4jax raises for a misuse, jaxmpi raises the same exception type and

@@ -53,6 +53,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _jax_compat as jc
+from . import _sharded
 from . import _validate as v
 from ._region import jit as _region_jit
 
@@ -332,6 +333,12 @@ def wrap(op, *, trees=("x",), rows=False, result=True):
 
     @functools.wraps(op)
     def wrapper(*args, **kwargs):
+        if jc.trace_state_clean() and _sharded.is_sharded(
+                [kwargs.get(t, args[positions[t]] if positions[t] < len(args)
+                            else None) for t in spec.trees]):
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return _sharded.call(op.__name__, wrapper, bound, spec.trees)
         for t in spec.trees:
             i = positions[t]
             x = kwargs[t] if t in kwargs else args[i] if i < len(args) else None

@@ -24,7 +24,8 @@ runtime token of ``jax.jit``'s computations.
 
 The rules, each checked:
 
-* one device per computation (jaxmpi's several-devices error at lowering);
+* over several devices, jaxmpi calls inside ``shard_map`` (an error at
+  lowering otherwise), and at most MAX_IN_FLIGHT such regions in flight;
 * below ``MPI_THREAD_MULTIPLE``, one Python thread (``_threads.guard`` at
   every call, as for every jaxmpi dispatch);
 * only jaxmpi's effect: a function with any other effect (``jax.debug``
@@ -37,6 +38,7 @@ The rules, each checked:
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 import threading
@@ -45,13 +47,10 @@ import jax
 import numpy as np
 
 from . import _jax_compat as jc
-from ._effect import SeveralDevices, multi_device_error, mpi_effect
+from ._effect import MARKER_KEY, mpi_effect
 from ._threads import guard
 
 _MARKER_AVAL = jc.ShapedArray((), np.dtype(np.bool_))
-# The key of the marker among JAX's per-thread output runtime tokens (JAX
-# keys its own by device and only ever reads the values).
-MARKER_KEY = "jaxmpi.jit"
 
 region_p = jc.Primitive("jaxmpi_region")
 region_p.multiple_results = True
@@ -71,10 +70,6 @@ region_p.def_impl(_region_impl)
 
 
 def _region_lowering(ctx, *args, jaxpr):
-    if getattr(ctx.module_context.axis_context, "num_devices", 1) > 1:
-        # JAX's own check sees no ordered effect here; the wrapper of
-        # _effect.install_multi_device_error names the devices.
-        raise SeveralDevices(str(multi_device_error(jaxpr, None)))
     token = jc.hlo.create_token()
     inner = ctx.replace(tokens_in=jc.mlir.TokenSet({mpi_effect: token}),
                         avals_out=ctx.avals_out[:-1])
@@ -101,6 +96,21 @@ def _runtime_error(e: ValueError) -> Exception:
     if not _STATUS.match(str(e)):
         return e
     return jax.errors.JaxRuntimeError(str(e))
+
+
+# XLA:CPU runs a program over several devices as a gang on its thread pool,
+# one launch at a time, and hangs with about 48 or more such launches queued,
+# MPI or not (docs/devices.md, "Limits"). jax.jit's runtime token chain does
+# not queue that many; jaxmpi.jit's C++ dispatch does, so it waits for the
+# oldest multi-device region once MAX_IN_FLIGHT are in flight.
+MAX_IN_FLIGHT = 16
+_in_flight: collections.deque = collections.deque()
+
+
+def _bound_in_flight(marker) -> None:
+    _in_flight.append(marker)
+    while len(_in_flight) > MAX_IN_FLIGHT:
+        _in_flight.popleft().block_until_ready()
 
 
 class Jitted:
@@ -152,6 +162,8 @@ class Jitted:
         except ValueError as e:
             raise _runtime_error(e) from None
         jc.dispatch.runtime_tokens.output_runtime_tokens[MARKER_KEY] = marker
+        if len(marker.sharding.device_set) > 1:
+            _bound_in_flight(marker)
         return out
 
     def lower(self, *args, **kwargs):
@@ -221,9 +233,10 @@ def jit(fun=None, **jit_kwargs):
     ordered effect, which puts every call on JAX's slower Python dispatch path
     (docs/design.md, "Dispatch", has the cost). ``jaxmpi.jit`` compiles the
     same program, with the same order of MPI calls inside and across calls, and
-    dispatches it as a plain jitted function. The rules, each checked: one
-    device per process; below ``MPI_THREAD_MULTIPLE``, jaxmpi work from one
-    Python thread; no effect but jaxmpi's (a function with ``jax.debug``
+    dispatches it as a plain jitted function. The rules, each checked: over
+    several devices, jaxmpi calls inside ``shard_map`` (docs/devices.md);
+    below ``MPI_THREAD_MULTIPLE``, jaxmpi work from one Python thread; no
+    effect but jaxmpi's (a function with ``jax.debug``
     callbacks or ``io_callback`` is compiled and dispatched as ``jax.jit``
     would). Under a transformation (an outer ``jax.jit``, ``grad``, ``vmap``)
     it is ``jax.jit(fun)``.

@@ -12,10 +12,12 @@ from . import _dtypes
 # attributes cannot hold above 2**63).
 HANDLE_ATTRS = ("comm", "op", "status")
 INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
-ARRAY_ATTRS = ("sources", "dests", "counts", "sendcounts", "recvcounts")
+ARRAY_ATTRS = ("sources", "dests", "counts", "sendcounts", "recvcounts",
+               "comms")
 # Every attribute a handler may receive (the C core's JM_ATTRS, checked
-# below), "site" being the call's Python line (_define.site).
-FFI_ATTRS = (*HANDLE_ATTRS, *INT_ATTRS, *ARRAY_ATTRS, "site")
+# below): "site" is the call's Python line (_define.site), "devices" and
+# "comms" a call's over several devices (_define.attributes).
+FFI_ATTRS = (*HANDLE_ATTRS, *INT_ATTRS, *ARRAY_ATTRS, "site", "devices")
 
 # Buffers per call are the C core's JM_MAX_BUFFERS (32), checked at import.
 # A blocking exchange (neighbor_exchange) has one operand and one result

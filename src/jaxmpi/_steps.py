@@ -13,11 +13,12 @@ from ._define import join_token_p
 from ._requests import check_no_leaks
 
 
-def begin(fn, comm, token):
+def begin(fn, comm, token, grid_ok=False):
     """The checks every jaxmpi operation makes first, blocking or not:
-    no request dropped unwaited, ``comm`` (its info) and ``token``."""
+    no request dropped unwaited, ``comm`` (its info; a DeviceCart where
+    ``grid_ok``: the topology operations) and ``token``."""
     check_no_leaks(fn)
-    info = v.comm_info(comm, fn)
+    info = v.comm_info(comm, fn, grid_ok)
     tok = v.token_arg(token, fn)
     return info, tok
 

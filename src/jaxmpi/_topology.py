@@ -24,6 +24,7 @@ from jax import lax
 from mpi4py import MPI
 
 from . import _validate as v
+from ._devices import DeviceCart
 from ._prims_p2p import neighbor_alltoallv_p, neighbor_exchange_p
 from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
 from ._requests import Request, compose
@@ -42,7 +43,11 @@ def _static_count(value, fn: str, name: str) -> int:
 
 
 def _cart_topo(comm, fn: str):
-    """(dims, periods, coords) of a Cartesian communicator, else TypeError."""
+    """(dims, periods, peer) of a Cartesian communicator or a DeviceCart,
+    else TypeError: peer(d) is the rank of the neighbour in direction d (a
+    DeviceCart's: a tuple of endpoint ranks, one per mesh position)."""
+    if isinstance(comm, DeviceCart):
+        return comm.dims, comm.periods, comm.neighbours
     if comm is None or comm.Get_topology() != MPI.CART:
         what = "None (the default communicator has no topology)" if comm is None \
             else f"a communicator without a Cartesian topology ({comm!r})"
@@ -50,7 +55,38 @@ def _cart_topo(comm, fn: str):
             f"{fn}: comm must be a Cartesian communicator "
             f"(MPI.COMM_WORLD.Create_cart(dims, periods)), got {what}")
     dims, periods, coords = comm.Get_topo()
-    return tuple(dims), tuple(bool(p) for p in periods), tuple(coords)
+    dims, periods = tuple(dims), tuple(bool(p) for p in periods)
+
+    def peer(d):
+        c = []
+        for i in range(len(dims)):
+            k = coords[i] + d[i]
+            if 0 <= k < dims[i]:
+                c.append(k)
+            elif periods[i]:
+                c.append(k % dims[i])
+            else:
+                return MPI.PROC_NULL
+        return comm.Get_cart_rank(c)
+
+    return dims, periods, peer
+
+
+def _no_peer(peer) -> bool:
+    """MPI.PROC_NULL (at every position, for a DeviceCart's tuple)."""
+    if isinstance(peer, tuple):
+        return all(p == MPI.PROC_NULL for p in peer)
+    return peer == MPI.PROC_NULL
+
+
+def _peers(entries) -> tuple:
+    """An exchange's sources or dests attribute from its pairs' peers:
+    ranks, one per pair; for a DeviceCart, one row of endpoint ranks per
+    mesh position (csrc/ops.h)."""
+    if entries and isinstance(entries[0], tuple):
+        return tuple(int(e[k]) for k in range(len(entries[0]))
+                     for e in entries)
+    return tuple(int(e) for e in entries)
 
 
 def _widths(width, ndim: int, fn: str) -> tuple:
@@ -65,7 +101,7 @@ def _widths(width, ndim: int, fn: str) -> tuple:
     return (w,) * ndim
 
 
-def _halo_plan(dims, periods, coords, widths, comm):
+def _halo_plan(dims, periods, widths, neighbour):
     """The pieces of the halo, each (direction, kind, source, dest): kind
     'message' (received from source, our rim sent to dest), 'local' (the
     grid wraps onto this block itself: a copy of our own rim). Directions
@@ -80,19 +116,6 @@ def _halo_plan(dims, periods, coords, widths, comm):
     shallow-water demo's hand-written exchange."""
     ndim = len(dims)
     wrapped = {i for i in range(ndim) if dims[i] == 1 and periods[i]}
-
-    def neighbour(d):
-        c = []
-        for i in range(ndim):
-            k = coords[i] + d[i]
-            if 0 <= k < dims[i]:
-                c.append(k)
-            elif periods[i]:
-                c.append(k % dims[i])
-            else:
-                return MPI.PROC_NULL
-        return comm.Get_cart_rank(c)
-
     plan = []
     for d in itertools.product((-1, 0, 1), repeat=ndim):
         moving = [i for i in range(ndim) if d[i]]
@@ -144,6 +167,7 @@ class _Halo:
     messages: tuple
     kind: object
     tag: int
+    grid: object = None  # the DeviceCart, if any
 
     def pack(self, arrays):
         """The arrays with the local copies made, and each message's send
@@ -172,8 +196,8 @@ class _Halo:
         into a buffer of its send buffer's shape."""
         sources, dests = [], []
         for source, dest, _ in self.messages:
-            sources.append(int(source))
-            dests.append(int(dest))
+            sources.append(source)
+            dests.append(dest)
         avals = [(tuple(b.shape), np.dtype(b.dtype)) for b in sends]
         return sources, dests, avals
 
@@ -181,14 +205,21 @@ class _Halo:
         """`out` with the received messages written into its halo."""
         out = list(out)
         for (source, _, where), msg in zip(self.messages, got):
-            if source == MPI.PROC_NULL:  # no neighbour: x's cells stay
+            if _no_peer(source):  # no neighbour: x's cells stay
                 continue
+            # On a DeviceCart some positions may have none in this direction.
+            none = (np.asarray([p == MPI.PROC_NULL for p in source])
+                    if isinstance(source, tuple) else None)
             offset = 0
             for k, _, _, at, shape in where:
                 size = int(np.prod(shape))
                 piece = msg if len(where) == 1 else lax.slice(
                     msg, (offset,), (offset + size,)).reshape(shape)
                 offset += size
+                if none is not None and none.any():
+                    piece = lax.select(
+                        lax.broadcast(self.grid.at_position(none), piece.shape),
+                        lax.dynamic_slice(out[k], at, piece.shape), piece)
                 out[k] = lax.dynamic_update_slice(out[k], piece, at)
         return self.result(out)
 
@@ -206,7 +237,7 @@ class _Halo:
 def _halo_setup(fn, x, comm, width, tag, info):
     """Every check of halo_exchange's (and ihalo_exchange's) arguments, and
     the plan: (arrays, _Halo)."""
-    dims, periods, coords = _cart_topo(comm, fn)
+    dims, periods, peer = _cart_topo(comm, fn)
     ndim = len(dims)
     widths = _widths(width, ndim, fn)
     many = isinstance(x, (list, tuple))
@@ -226,7 +257,7 @@ def _halo_setup(fn, x, comm, width, tag, info):
                     f"{a.shape[i]} cells (shape {tuple(a.shape)}): the halo "
                     f"on both sides and a rim of {w} to send need at least "
                     f"{3 * w}")
-    plan = _halo_plan(dims, periods, coords, widths, comm)
+    plan = _halo_plan(dims, periods, widths, peer)
     # Arrays of one dtype share each direction's message (their pieces
     # raveled one after another): one message per direction and dtype.
     groups = {}
@@ -255,9 +286,10 @@ def _halo_setup(fn, x, comm, width, tag, info):
                                            wrapped)
                 where.append((k, lo, hi, at,
                               tuple(b - a for a, b in zip(lo, hi))))
-            messages.append((int(source), int(dest), tuple(where)))
+            messages.append((source, dest, tuple(where)))
     kind = None if not many else type(x) if isinstance(x, tuple) else list
-    return arrays, _Halo(tuple(local), tuple(messages), kind, tag)
+    grid = comm if isinstance(comm, DeviceCart) else None
+    return arrays, _Halo(tuple(local), tuple(messages), kind, tag, grid)
 
 
 def halo_exchange(x, comm, width=1, *, tag=0, token=None):
@@ -303,7 +335,7 @@ def halo_exchange(x, comm, width=1, *, tag=0, token=None):
             u = mpx.halo_exchange(jnp.zeros((66, 66)), cart)
     """
     fn = "halo_exchange"
-    info, tok = begin(fn, comm, token)
+    info, tok = begin(fn, comm, token, grid_ok=True)
     arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
     join(tok)
     out, sends = halo.pack(arrays)
@@ -312,8 +344,8 @@ def halo_exchange(x, comm, width=1, *, tag=0, token=None):
     for start in range(0, len(sends), PAIRS_PER_CALL):
         stop = start + PAIRS_PER_CALL
         got += neighbor_exchange_p.bind(
-            *sends[start:stop], comm=info, sources=tuple(sources[start:stop]),
-            dests=tuple(dests[start:stop]), tag=halo.tag + start,
+            *sends[start:stop], comm=info, sources=_peers(sources[start:stop]),
+            dests=_peers(dests[start:stop]), tag=halo.tag + start,
             recv_avals=tuple(avals[start:stop]))
     return halo.fill(out, got)
 
@@ -321,6 +353,13 @@ def halo_exchange(x, comm, width=1, *, tag=0, token=None):
 def _neighbours(comm, fn: str):
     """(sources, dests, cartesian) of a topology communicator, in MPI's
     neighbourhood order."""
+    if isinstance(comm, DeviceCart):  # 2N face neighbours, as Cartesian
+        nbrs = []
+        for i in range(len(comm.dims)):
+            for sign in (-1, 1):
+                nbrs.append(comm.neighbours(tuple(
+                    sign if j == i else 0 for j in range(len(comm.dims)))))
+        return tuple(nbrs), tuple(nbrs), True
     topo = comm.Get_topology() if comm is not None else MPI.UNDEFINED
     if topo == MPI.DIST_GRAPH:
         sources, dests, _ = comm.Get_dist_neighbors()
@@ -468,7 +507,7 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
                                        comm=ring)   # (left + 3, 3) rows
     """
     fn = "neighbor_alltoallv"
-    info, tok = begin(fn, comm, token)
+    info, tok = begin(fn, comm, token, grid_ok=True)
     x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
         _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
     join(tok)
@@ -482,8 +521,9 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
         # one rank (a periodic axis of size 1 or 2).
         n = len(dests)
         got = neighbor_exchange_p.bind(
-            *blocks, comm=info, sources=tuple(sources[k ^ 1] for k in range(n)),
-            dests=dests, tag=tag,
+            *blocks, comm=info,
+            sources=_peers([sources[k ^ 1] for k in range(n)]),
+            dests=_peers(dests), tag=tag,
             recv_avals=tuple(_row_aval(x, recvcounts[k ^ 1])
                              for k in range(n)))
     elif sources or dests:
@@ -512,7 +552,7 @@ def _exchanges(info, sends, sources, dests, avals, tag):
     for a in range(0, len(sends), PAIRS_PER_REQUEST):
         b = a + PAIRS_PER_REQUEST
         starts.append(("ineighbor_exchange", tuple(sends[a:b]), dict(
-            comm=info, sources=tuple(sources[a:b]), dests=tuple(dests[a:b]),
+            comm=info, sources=_peers(sources[a:b]), dests=_peers(dests[a:b]),
             tag=tag + a, recv_avals=tuple(avals[a:b]))))
     return starts or [("ineighbor_exchange", (), dict(
         comm=info, sources=(), dests=(), tag=tag, recv_avals=()))]
@@ -554,7 +594,7 @@ def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
             u = mpx.wait(req)               # halo filled
     """
     fn = "ihalo_exchange"
-    info, tok = begin(fn, comm, token)
+    info, tok = begin(fn, comm, token, grid_ok=True)
     arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
     join(tok)
     out, sends = halo.pack(arrays)
@@ -606,7 +646,7 @@ def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
             y = mpx.wait(req)
     """
     fn = "ineighbor_alltoallv"
-    info, tok = begin(fn, comm, token)
+    info, tok = begin(fn, comm, token, grid_ok=True)
     x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
         _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
     join(tok)

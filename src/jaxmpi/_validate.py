@@ -13,6 +13,7 @@ from mpi4py import MPI
 
 from . import _dtypes
 from . import _jax_compat as jc
+from ._devices import DeviceCart, per_device
 from ._errors import (MPI4JAX_COMM_TYPES, MPI4JAX_LEADING_DIM,
                       MPI4JAX_OP_TYPES, MPI4JAX_STATUS_TYPES,
                       MPI4JAX_TOKEN_TYPES, MULTI_DEVICE_HELP,
@@ -50,9 +51,14 @@ class CommInfo:
     rank: int
     size: int
     tag_ub: int
+    # Inside shard_map over several devices (_devices): their number and the
+    # communicator of each mesh position (a DeviceCart's: of each pair).
+    devices: int = 0
+    comms: tuple = ()
 
     def __repr__(self):
-        return f"Comm(rank={self.rank}, size={self.size})"
+        more = f", devices={self.devices}" if self.devices else ""
+        return f"Comm(rank={self.rank}, size={self.size}{more})"
 
 
 @dataclass(frozen=True)
@@ -78,9 +84,22 @@ def default_comm():
     return _default_comm
 
 
-def comm_info(comm, fn: str) -> CommInfo:
+def comm_info(comm, fn: str, grid_ok: bool = False) -> CommInfo:
+    """``comm`` as primitives see it; inside shard_map over several devices,
+    with the communicators of the mesh positions (``grid_ok``: a
+    DeviceCart is welcome, the topology operations')."""
     if comm is None:
         comm = _default_comm
+    grid = None
+    if isinstance(comm, DeviceCart):
+        if not grid_ok:
+            raise TypeError(
+                f"{fn}: comm is a DeviceCart, which the halo and neighbour "
+                "operations take (halo_exchange, ihalo_exchange, "
+                "neighbor_alltoallv, ineighbor_alltoallv); pass its process "
+                "communicator (DeviceCart.cart) here: inside shard_map each "
+                "device calls MPI between the shards at its mesh position")
+        grid, comm = comm, comm.cart
     if not isinstance(comm, MPI.Comm):
         raise TypeError(
             f"{fn}: comm must be an mpi4py intracommunicator (MPI.Intracomm) or "
@@ -102,8 +121,9 @@ def comm_info(comm, fn: str) -> CommInfo:
     # MPI errors come back as error codes (then Python exceptions), never as
     # an abort.
     comm.Set_errhandler(MPI.ERRORS_RETURN)
-    return CommInfo(MPI._handleof(comm) & 0xFFFFFFFFFFFFFFFF, comm.Get_rank(),
+    info = CommInfo(MPI._handleof(comm) & 0xFFFFFFFFFFFFFFFF, comm.Get_rank(),
                     comm.Get_size(), _tag_ub())
+    return per_device(info, comm if grid is None else grid, fn)
 
 
 def _tag_ub() -> int:

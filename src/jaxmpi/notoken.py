@@ -26,6 +26,7 @@ from ._topology import (halo_exchange, ihalo_exchange, ineighbor_alltoallv,
 from ._wait import wait, waitall
 from ._region import jit
 from ._requests import Request
+from ._devices import DeviceCart
 
 
 def has_cuda_support() -> bool:
@@ -58,4 +59,5 @@ __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
            "igather", "iscatter", "iallgather", "ialltoall",
            "ineighbor_exchange", "iexscan", "ireduce_scatter", "iallgatherv",
            "igatherv", "iscatterv", "ialltoallv", "ihalo_exchange",
-           "ineighbor_alltoallv", "wait", "waitall", "Request", "jit"]
+           "ineighbor_alltoallv", "wait", "waitall", "Request", "jit",
+           "DeviceCart"]
