@@ -45,6 +45,9 @@ fi
 # Python's -rpath to its lib directory, which used to ship in the wheel.
 zig="$(cd "$TOOLS" && pwd)/bin/python -m ziglang cc -target x86_64-linux-gnu.$GLIBC"
 export CC="$zig" LDSHARED="$zig -shared"
+# The release compiler's warnings are errors too (setup.py's -Werror), as
+# gcc's are in ./run and CI.
+export JAXMPI_WERROR=1
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
