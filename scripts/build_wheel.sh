@@ -26,7 +26,8 @@ TOOLS=${JAXMPI_TOOLS_VENV:-build/tools-venv}
 PY=${PYTHON:-python3}
 GLIBC=${JAXMPI_GLIBC:-2.17}
 # Pinned: a new Zig is a new compiler (clang) and new glibc stubs; move it
-# on purpose, with the benchmarks rerun (docs/design.md, "The release wheel").
+# on purpose, with the comparison in benchmarks/glibc_wheel_cores.txt rerun
+# (docs/design.md, "The release wheel's glibc floor").
 ZIG=ziglang==0.17.1
 
 case "$GLIBC" in
