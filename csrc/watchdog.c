@@ -3,6 +3,7 @@
 #include "watchdog.h"
 
 #include <stdatomic.h>
+#include <sched.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -121,15 +122,19 @@ void jm_settle(int n, jm_Request *requests, int nrecv) {
 }
 
 int jm_probe(int source, int tag, jm_Comm comm, jm_Status *status) {
-  double limit = jm_watchdog_timeout();
-  if (limit <= 0) return jm_mpi.Probe(source, tag, comm, status);
-  double deadline = jm_mpi.Wtime() + limit;
+  const double limit = jm_watchdog_timeout();
+  const double deadline = limit > 0 ? jm_mpi.Wtime() + limit : 0;
   for (int64_t polls = 0;; polls++) {
     int found = 0;
     int rc = jm_mpi.Iprobe(source, tag, comm, &found, status);
     if (rc) return rc;
     if (found) return 0;
-    if (jm_mpi.Wtime() > deadline) return JM_ERR_TIMEOUT;
-    backoff(polls);
+    if (limit > 0) {
+      if (jm_mpi.Wtime() > deadline) return JM_ERR_TIMEOUT;
+      backoff(polls);
+    } else if (polls >= JM_PROBE_SPIN) {
+      /* The message is late: its sender may be waiting for this core. */
+      sched_yield();
+    }
   }
 }
