@@ -31,7 +31,9 @@ spell of a shared machine hits each of them. Prints every sample, then per
 configuration the median, best and worst time per call, the ratio of the
 medians to JAXMPI_CHECK=0 and to mpi4jax, and the median of each round's
 ratio to the JAXMPI_CHECK=0 sample of the same round (paired: cancels slow
-drifts of the machine's load), with the load average at the start and end.
+drifts of the machine's load), the median CPU time per call and rank (all
+threads: a rank that spins while it waits shows here), and the load average
+at the start and end.
 """
 
 from __future__ import annotations
@@ -278,21 +280,25 @@ def main(argv=None):
         what = (f"solver step: gather {px} x {py} blocks of {ny} x {nx} float64 to "
                 f"rank 0, splu solve there, scatter back")
 
-    def run(name, calls_scale=1):
+    def run(name):
+        """(wall, cpu, result): the slowest rank's seconds per call, the
+        ranks' mean CPU seconds per call (all threads: a rank spinning while
+        it waits shows here)."""
         jaxmpi.set_check(check[name])
         try:
             world.Barrier()
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             out = sample(name)
-            t = time.perf_counter() - t0
+            t, c = time.perf_counter() - t0, time.process_time() - c0
         finally:
             jaxmpi.set_check("sparse")
-        return world.allreduce(t, op=MPI.MAX) / args.calls, out
+        return (world.allreduce(t, op=MPI.MAX) / args.calls,
+                world.allreduce(c, op=MPI.SUM) / size / args.calls, out)
 
     # Compile and warm up each configuration; check its result.
     bad = []
     for name in configs:
-        _, out = run(name)
+        _, _, out = run(name)
         if not world.allreduce(verify(name, out), op=MPI.LAND):
             bad.append(name)
     if bad:
@@ -306,13 +312,16 @@ def main(argv=None):
               f"{args.rounds} rounds; load average at start "
               f"{load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
     samples = {n: [] for n in configs}
+    cpu = {n: [] for n in configs}
     for rnd in range(args.rounds):
         k = rnd % len(configs)
         for name in configs[k:] + configs[:k]:
-            t, _ = run(name)
+            t, c, _ = run(name)
             samples[name].append(t)
+            cpu[name].append(c)
             if rank == 0:
-                print(f"round {rnd} {name:8s} {t * 1e3:9.3f} ms/call", flush=True)
+                print(f"round {rnd} {name:8s} {t * 1e3:9.3f} ms/call, cpu "
+                      f"{c * 1e3:9.3f} ms/call per rank", flush=True)
     load1 = os.getloadavg()
     if rank != 0:
         return 0
@@ -320,13 +329,15 @@ def main(argv=None):
     base = "off" if "off" in samples else configs[0]
     med = {n: statistics.median(s) for n, s in samples.items()}
     print(f"\n{'config':9s} {'median ms':>10s} {'best ms':>9s} {'worst ms':>9s} "
-          f"{'/' + base:>9s} {'paired/' + base:>12s} {'/mpi4jax':>9s}")
+          f"{'/' + base:>9s} {'paired/' + base:>12s} {'/mpi4jax':>9s} "
+          f"{'cpu ms/rank':>12s}")
     for n in configs:
         s = samples[n]
         paired = statistics.median(a / b for a, b in zip(s, samples[base]))
         vs4 = f"{med[n] / med['mpi4jax']:9.3f}" if "mpi4jax" in med else f"{'-':>9s}"
         print(f"{n:9s} {med[n] * 1e3:10.3f} {min(s) * 1e3:9.3f} {max(s) * 1e3:9.3f} "
-              f"{med[n] / med[base]:9.3f} {paired:12.3f} {vs4}")
+              f"{med[n] / med[base]:9.3f} {paired:12.3f} {vs4} "
+              f"{statistics.median(cpu[n]) * 1e3:12.3f}")
     return 0
 
 
