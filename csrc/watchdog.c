@@ -3,7 +3,6 @@
 #include "watchdog.h"
 
 #include <stdatomic.h>
-#include <sched.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -118,23 +117,5 @@ void jm_settle(int n, jm_Request *requests, int nrecv) {
       jm_cancel_receives(1, &requests[i]);
     else
       jm_mpi.Request_free(&requests[i]);
-  }
-}
-
-int jm_probe(int source, int tag, jm_Comm comm, jm_Status *status) {
-  const double limit = jm_watchdog_timeout();
-  const double deadline = limit > 0 ? jm_mpi.Wtime() + limit : 0;
-  for (int64_t polls = 0;; polls++) {
-    int found = 0;
-    int rc = jm_mpi.Iprobe(source, tag, comm, &found, status);
-    if (rc) return rc;
-    if (found) return 0;
-    if (limit > 0) {
-      if (jm_mpi.Wtime() > deadline) return JM_ERR_TIMEOUT;
-      backoff(polls);
-    } else if (polls >= JM_PROBE_SPIN) {
-      /* The message is late: its sender may be waiting for this core. */
-      sched_yield();
-    }
   }
 }

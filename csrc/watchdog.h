@@ -55,12 +55,4 @@ static inline int jm_status_failed(const jm_Status *st) {
   return st->MPI_ERROR != 0 && st->MPI_ERROR != jm_const.err_pending;
 }
 
-/* MPI_Probe made of MPI_Iprobe polls: against the deadline when the
- * watchdog is on, else JM_PROBE_SPIN in a row and then sched_yield() between
- * polls, as MPI_Recv's wait does. MPICH's own MPI_Probe never yields (ch4's
- * default per-VCI locking compiles its yield out): a rank waiting in it
- * keeps the core its sender needs when ranks share cores. */
-#define JM_PROBE_SPIN 64
-int jm_probe(int source, int tag, jm_Comm comm, jm_Status *status);
-
 #endif

@@ -107,11 +107,11 @@ MUTANTS = [
            "  if (got < 0 || got >= 0) return NULL;",
            "the receive's probe (default check) lets a message of another size "
            "through to MPI", (CHK, P2P)),
-    Mutant("c-probe-late-as-found", "csrc/watchdog.c",
-           "    if (found) return 0;\n    if (limit > 0) {",
-           "    if (found || polls >= JM_PROBE_SPIN) return 0;\n    if (limit > 0) {",
-           "the receive's probe takes a message still on its way, once past its "
-           "spin, for one that has come", (CHK, P2P)),
+    Mutant("c-probe-late-as-found", "csrc/check.c",
+           "  if (!found) return NULL;",
+           "  if (found < 0) return NULL;",
+           "the receive's probe takes a message not there yet for one that is",
+           (CHK, P2P)),
     # ---- C core: collectives (csrc/collectives.c) ----
     Mutant("c-reduce-root", "csrc/collectives.c",
            "c->op, c->root, c->comm));\n  return root ? NULL : pass_through(c, x, y);",
