@@ -108,6 +108,7 @@ extensions = [
 # Sanitized and plain objects must never be mixed: separate build trees.
 build_base = "build/sanitize-" + sanitize.replace(",", "-") if sanitize else "build/plain"
 setup(
+    license="MIT",  # here, not in pyproject.toml: see its `dynamic`
     ext_modules=extensions,
     cmdclass=cmdclass,
     options={"build": {"build_base": build_base}},

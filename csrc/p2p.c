@@ -135,8 +135,8 @@ XLA_FFI_Error *jm_run_recv(jm_call *c) {
   memset(&st, 0, sizeof st);
   XLA_FFI_Error *err = check_from_self(c);
   if (err) return err;
-  /* The probe costs no round trip (it waits for the message the receive
-   * waits for anyway): on in the default mode too. */
+  /* The probe costs no round trip and waits for nothing (a few polls; the
+   * receive does the waiting): on in the default mode too. */
   if (jm_check_mode()) {
     err = jm_check_incoming(c, y, c->source, c->tag);
     if (err) return err;

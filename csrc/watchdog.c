@@ -119,17 +119,3 @@ void jm_settle(int n, jm_Request *requests, int nrecv) {
       jm_mpi.Request_free(&requests[i]);
   }
 }
-
-int jm_probe(int source, int tag, jm_Comm comm, jm_Status *status) {
-  double limit = jm_watchdog_timeout();
-  if (limit <= 0) return jm_mpi.Probe(source, tag, comm, status);
-  double deadline = jm_mpi.Wtime() + limit;
-  for (int64_t polls = 0;; polls++) {
-    int found = 0;
-    int rc = jm_mpi.Iprobe(source, tag, comm, &found, status);
-    if (rc) return rc;
-    if (found) return 0;
-    if (jm_mpi.Wtime() > deadline) return JM_ERR_TIMEOUT;
-    backoff(polls);
-  }
-}

@@ -55,8 +55,4 @@ static inline int jm_status_failed(const jm_Status *st) {
   return st->MPI_ERROR != 0 && st->MPI_ERROR != jm_const.err_pending;
 }
 
-/* MPI_Probe, polled with MPI_Iprobe against the deadline when the watchdog
- * is on. */
-int jm_probe(int source, int tag, jm_Comm comm, jm_Status *status);
-
 #endif

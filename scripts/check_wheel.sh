@@ -16,6 +16,8 @@ OUT=$(mkdir -p "$1" && cd "$1" && pwd)
 shift
 VERSIONS=("$@")
 [ ${#VERSIONS[@]} -gt 0 ] || VERSIONS=(3.11 3.12)
+# The highest glibc the wheel may need: JAX's (jaxlib's manylinux_2_27).
+GLIBC_FLOOR=2.27
 TESTS=(tests/mpi/test_p2p.py tests/mpi/test_ordering.py tests/mpi/test_in_place.py)
 log() { printf '\n=== [%s] %s\n' "$(date +%T)" "$*"; }
 fail() { echo "FAILED: $*" >&2; exit 1; }
@@ -27,15 +29,25 @@ else
   JAXMPI_SETUPTOOLS=${JAXMPI_SETUPTOOLS:-64.0.0} JAXMPI_TOOLS_VENV="$OUT/tools-venv" \
     scripts/build_wheel.sh "$OUT/dist"
 fi
-whl=$(ls "$OUT"/dist/jaxmpi-*-py3-none-manylinux_*.whl)
+whl=$(ls "$OUT"/dist/jaxmpi-*-py3-none-*manylinux_*.whl)
 sdist=$(ls "$OUT"/dist/jaxmpi-*.tar.gz)
 
 log "what the artifacts hold"
 version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' src/jaxmpi/_version.py)
 case "$(basename "$whl")" in
-  "jaxmpi-$version-py3-none-manylinux_"*) ;;
-  *) fail "wheel $(basename "$whl") is not jaxmpi-$version-py3-none-manylinux_*" ;;
+  # auditwheel puts the legacy alias first (manylinux2014 for 2.17).
+  "jaxmpi-$version-py3-none-"*manylinux_2_*_x86_64*.whl) ;;
+  *) fail "wheel $(basename "$whl") is not jaxmpi-$version-py3-none-[...]manylinux_2_N_x86_64" ;;
 esac
+# The glibc floor: the tag's no higher than GLIBC_FLOOR (JAX's own wheels
+# need 2.27), and no core library needs a GLIBC_ symbol version above the
+# tag's (auditwheel's reasoning, rechecked by our own reading of the ELF
+# files, which prints the highest version each library needs).
+floor=$(sed -n 's/.*manylinux_\([0-9]*\)_\([0-9]*\)_x86_64.*/\1.\2/p' <<<"$(basename "$whl")")
+[ -n "$floor" ] && [ "$(printf '%s\n' "$floor" "$GLIBC_FLOOR" | sort -V | tail -1)" = "$GLIBC_FLOOR" ] ||
+  fail "wheel $(basename "$whl") needs glibc $floor, above $GLIBC_FLOOR"
+echo "the tag's glibc: $floor (at most $GLIBC_FLOOR); the highest GLIBC_ version each library needs:"
+python3 scripts/glibc_needs.py "$whl" || fail "a core library needs a newer glibc than the tag's $floor"
 wheel_files=$(unzip -Z1 "$whl")
 sdist_files=$(tar tzf "$sdist")
 for family in mpich openmpi mpiabi; do

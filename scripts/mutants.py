@@ -56,6 +56,7 @@ VC = "tests/mpi/test_vcollectives.py"
 RS = "tests/mpi/test_reduce_scatter_exscan.py"
 HALO = "tests/mpi/test_halo.py"
 PT = "tests/mpi/test_pytree.py"
+CHK = "tests/mpi/test_check_default.py"
 NBT = "tests/mpi/test_nonblocking_topology.py"
 
 
@@ -101,6 +102,16 @@ MUTANTS = [
            "    return NULL;",
            "a receive from MPI.PROC_NULL leaves the template's data, not zeros",
            (P2P,)),
+    Mutant("c-probe-size-unchecked", "csrc/check.c",
+           "  if (got < 0 || got == want) return NULL;",
+           "  if (got < 0 || got >= 0) return NULL;",
+           "the receive's probe (default check) lets a message of another size "
+           "through to MPI", (CHK, P2P)),
+    Mutant("c-probe-late-as-found", "csrc/check.c",
+           "  if (!found) return NULL;",
+           "  if (found < 0) return NULL;",
+           "the receive's probe takes a message not there yet for one that is",
+           (CHK, P2P)),
     # ---- C core: collectives (csrc/collectives.c) ----
     Mutant("c-reduce-root", "csrc/collectives.c",
            "c->op, c->root, c->comm));\n  return root ? NULL : pass_through(c, x, y);",

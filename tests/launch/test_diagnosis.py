@@ -96,8 +96,8 @@ def test_hung_rank_last_line_and_watchdog_hints(mpirun, tmp_path):
     m = re.search(r"rank 1 error: .*", job.stdout)
     assert m, job
     msg = m.group(0)
-    # (the default check probes the message first)
-    assert ("timed out after 2 s (JAXMPI_TIMEOUT) in MPI_Probe (JAXMPI_CHECK) on rank 1 of 2, "
+    # (the default check's probe only polls: the receive itself waits)
+    assert ("timed out after 2 s (JAXMPI_TIMEOUT) in MPI_Recv on rank 1 of 2, "
             "source 0, tag 4, jaxmpi call #2 of this process: the peer(s) never "
             "made the matching call (this rank's call at ") in msg, msg
     assert re.search(r"script\.py:10 \(step\)\)\. Likely causes: a rank took "

@@ -9,9 +9,11 @@ import glob
 import importlib.metadata
 import os
 import re
+import shutil
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT, san_env
 
 # The suites this file belongs to (tests/suites.py).
@@ -82,3 +84,50 @@ def test_jax_internals_only_in_jax_compat():
                 if name.startswith(private) and name != "jaxlib":
                     offenders.append(f"{os.path.basename(path)}:{node.lineno}: {name}")
     assert not offenders, offenders
+
+
+def _readelf_glibc_needs(path):
+    """{GLIBC_ version: undefined symbols needing it}, as binutils sees it."""
+    out = subprocess.run(["readelf", "--dyn-syms", "-W", path], capture_output=True,
+                         text=True, check=True).stdout
+    needs = {}
+    for m in re.finditer(r"\sUND (\S+)@(GLIBC_[0-9.]+) \(\d+\)$", out, re.M):
+        needs.setdefault(m.group(2), set()).add(m.group(1))
+    return needs
+
+
+def test_glibc_needs_of_the_installed_core():
+    # scripts/glibc_needs.py (the release check's reading of the ELF files)
+    # against readelf, on the installed cores: the built checkout's (the
+    # build machine's glibc) or the release wheel's (glibc 2.17 stubs). And
+    # what the installed wheel's tag promises holds of its libraries.
+    if shutil.which("readelf") is None:
+        pytest.skip("no readelf (binutils) to compare with")
+    proc = run_python("-c", "import jaxmpi._version as v, os; print(os.path.dirname(v.__file__))")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    libs = sorted(glob.glob(os.path.join(proc.stdout.strip(), "_core_*.so")))
+    assert len(libs) == 3, libs
+    script = os.path.join(ROOT, "scripts", "glibc_needs.py")
+    key = lambda v: tuple(int(x) for x in v[len("GLIBC_"):].split("."))  # noqa: E731
+    for lib in libs:
+        reference = _readelf_glibc_needs(lib)
+        top = max(reference, key=key)
+        got = subprocess.run([sys.executable, script, lib], capture_output=True, text=True)
+        assert got.returncode == 0, got.stderr
+        assert got.stdout == f"{lib}: {top} ({', '.join(sorted(reference[top]))})\n"
+        # A floor below what the library needs fails, one at it passes
+        # (GLIBC_2.3.2 needs 2.4, above 2.3).
+        major, minor, *patch = key(top)
+        at = (major, minor + 1) if patch else (major, minor)
+        for floor, status in (((at[0], at[1] - 1), 1), (at, 0)):
+            got = subprocess.run([sys.executable, script, "--max", "%d.%d" % floor, lib],
+                                 capture_output=True, text=True)
+            assert got.returncode == status, (floor, got.stdout, got.stderr)
+    tags = [line.split(":", 1)[1].strip()
+            for line in importlib.metadata.distribution("jaxmpi").read_text("WHEEL").splitlines()
+            if line.startswith("Tag:")]
+    floors = [m.groups() for t in tags for m in [re.search(r"manylinux_(\d+)_(\d+)_", t)] if m]
+    if floors:  # installed from the release wheel (a local build says linux_x86_64)
+        got = subprocess.run([sys.executable, script, "--max", ".".join(floors[0]), *libs],
+                             capture_output=True, text=True)
+        assert got.returncode == 0, (tags, got.stdout, got.stderr)

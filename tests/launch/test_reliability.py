@@ -90,8 +90,8 @@ def test_recv_without_send_times_out_everywhere(mpirun, tmp_path):
         f = jax.jit(lambda x: mpx.recv(x, (rank - 1) % size, tag=7))
         report(f, jnp.ones(3))
     """)
-    # (Checks off: the receive itself waits; with checks on, the default,
-    # its probe does: test_checks_and_watchdog_together.)
+    # (Checks off here; with checks on, the default, the receive waits too,
+    # its probe only polls: test_checks_and_watchdog_together.)
     job, took = timed(mpirun, 3, script, {**WATCHDOG, "JAXMPI_CHECK": "0"})
     assert job.returncode != 0, job
     for r in range(3):
@@ -186,7 +186,8 @@ def test_neighbor_exchange_times_out(mpirun, tmp_path):
 
 def test_checks_and_watchdog_together(mpirun, tmp_path):
     # Rank 0 calls a collective, rank 1 a receive: with checks on, rank 0
-    # waits in the check's exchange and rank 1 in its probe; both time out.
+    # waits in the check's exchange and rank 1 in the receive (its probe
+    # only polls); both time out.
     script = write(tmp_path, """
         mpx.barrier()
         if rank == 0:
@@ -198,7 +199,7 @@ def test_checks_and_watchdog_together(mpirun, tmp_path):
     assert job.returncode != 0, job
     assert re.search(timeout_text("allgather", "MPI_Allgather (JAXMPI_CHECK)",
                                   0, 2), job.stdout), job
-    assert re.search(timeout_text("recv", "MPI_Probe (JAXMPI_CHECK)", 1, 2,
+    assert re.search(timeout_text("recv", "MPI_Recv", 1, 2,
                                   ", source 0, tag MPI.ANY_TAG"),
                      job.stdout), job
     assert took < 90, took

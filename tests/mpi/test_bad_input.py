@@ -20,7 +20,7 @@ from mpi4py import MPI
 import jaxmpi
 from jaxmpi import notoken as mpx
 from jaxmpi._validate import reserved_tag_bit
-from util import RANK, SIZE
+from util import RANK, SIZE, sender_first
 
 # The suites this file belongs to (tests/suites.py).
 SUITES = ("c_core", "mpi_errors")
@@ -386,32 +386,36 @@ def test_check_inside_jit(checks):
 
 @two_ranks
 def test_check_receive_size(checks):
-    # rank 0 sends 5 floats, rank 1 expects 4: the receiver reports it and
-    # consumes the message, so the sender completes.
-    if RANK == 0:
-        mpx.send(jnp.ones(5, jnp.float32), 1, tag=3)
-        jax.effects_barrier()
-    elif RANK == 1:
-        with pytest.raises(jax.errors.JaxRuntimeError,
-                           match=r"jaxmpi.recv: rank 1 expects float32\[2,2\] "
-                           r"\(16 bytes\) but the message from rank 0 with tag 3 "
-                           r"has 20 bytes \(5 float32 elements\): the sender's "
-                           r"shape or dtype differs \(JAXMPI_CHECK; the message "
-                           r"was received and discarded\)"):
-            jax.block_until_ready(mpx.recv(jnp.ones((2, 2), jnp.float32), 0,
-                                           tag=3))
+    # rank 0 sends 5 floats, rank 1 expects 4: the receiver's probe finds the
+    # message (sent before the receive starts), reports it and consumes it,
+    # so the sender completes.
+    error = sender_first(
+        lambda: mpx.send(jnp.ones(5, jnp.float32), 1, tag=3),
+        lambda: (mpx.recv(jnp.ones((2, 2), jnp.float32), 0, tag=3)
+                 if RANK == 1 else jnp.zeros(())))
+    if RANK == 1:
+        assert isinstance(error, jax.errors.JaxRuntimeError), error
+        assert re.search(r"jaxmpi.recv: rank 1 expects float32\[2,2\] "
+                         r"\(16 bytes\) but the message from rank 0 with tag 3 "
+                         r"has 20 bytes \(5 float32 elements\): the sender's "
+                         r"shape or dtype differs \(JAXMPI_CHECK; the message "
+                         r"was received and discarded\)", str(error)), error
+    else:
+        assert error is None, error
 
 
 @two_ranks
 def test_check_receive_dtype(checks):
-    if RANK == 0:
-        mpx.send(jnp.ones(3, jnp.float16), 1, tag=4)
-        jax.effects_barrier()
-    elif RANK == 1:
-        with pytest.raises(jax.errors.JaxRuntimeError,
-                           match=r"has 6 bytes \(not a whole number of float32 "
-                           r"elements\)"):
-            jax.block_until_ready(mpx.recv(jnp.ones(3, jnp.float32), 0, tag=4))
+    error = sender_first(
+        lambda: mpx.send(jnp.ones(3, jnp.float16), 1, tag=4),
+        lambda: (mpx.recv(jnp.ones(3, jnp.float32), 0, tag=4)
+                 if RANK == 1 else jnp.zeros(())))
+    if RANK == 1:
+        assert isinstance(error, jax.errors.JaxRuntimeError), error
+        assert re.search(r"has 6 bytes \(not a whole number of float32 "
+                         r"elements\)", str(error)), error
+    else:
+        assert error is None, error
 
 
 def test_check_passes_correct_programs(checks):

@@ -21,7 +21,7 @@ import jaxmpi
 from jaxmpi import _core
 from jaxmpi import notoken as mpx
 from util import check_mode as util_check_mode
-from util import RANK, SIZE
+from util import RANK, SIZE, sender_first
 
 # The suites this file belongs to (tests/suites.py).
 SUITES = ("c_core", "mpi_errors")
@@ -283,17 +283,14 @@ def test_correct_programs_pass_in_default_mode():
 
 @two_ranks
 def test_recv_too_small_is_jaxmpis_message_by_default():
+    # The message is there when the receive starts: its probe finds it.
     comm = fresh()
     try:
-        if RANK == 0:
-            mpx.send(f32(5), 1, tag=3, comm=comm)
-            jax.effects_barrier()
-            msg = ""
-        elif RANK == 1:
-            msg = error_of(lambda c: mpx.recv(jnp.ones((2, 2), jnp.float32), 0,
-                                              tag=3, comm=c), comm)
-        else:
-            msg = ""
+        error = sender_first(
+            lambda: mpx.send(f32(5), 1, tag=3, comm=comm),
+            lambda: (mpx.recv(jnp.ones((2, 2), jnp.float32), 0, tag=3, comm=comm)
+                     if RANK == 1 else jnp.zeros(())))
+        msg = "" if error is None else str(error)
         # The message was consumed: the communicator still works.
         y = np.asarray(mpx.allreduce(jnp.ones(2), MPI.SUM, comm=comm))
     finally:
@@ -304,6 +301,39 @@ def test_recv_too_small_is_jaxmpis_message_by_default():
             r"jaxmpi.recv: rank 1 expects float32\[2,2\] \(16 bytes\) but the "
             r"message from rank 0 with tag 3 has 20 bytes \(5 float32 elements\)",
             msg), msg
+    else:
+        assert msg == "", msg
+
+
+@two_ranks
+@pytest.mark.parametrize("sent, expected", [
+    (5, r"jaxmpi.recv: rank 1 expects float32\[2,2\] \(16 bytes\) but the "
+        r"message from rank 0 with tag 3 is larger \(MPI_Recv: message "
+        r"truncated\): the sender's shape or dtype differs"),
+    (3, r"jaxmpi.recv: rank 1 received 12 bytes from rank 0 \(tag 3\) but "
+        r"expected 4 elements of float32 \(16 bytes\): the sender's shape or "
+        r"dtype differs")])
+def test_late_message_of_another_size_is_an_error_by_default(sent, expected):
+    # The message comes after the receive started (rank 0 sends 0.5 s late):
+    # the probe does not wait for it, the receive does, and it fails all the
+    # same, with MPI's size when the message is larger (truncation), with
+    # the size received when it is shorter. The message was consumed: the
+    # communicator still works.
+    comm = fresh()
+    try:
+        error = sender_first(
+            lambda: mpx.send(f32(sent), 1, tag=3, comm=comm),
+            lambda: (mpx.recv(jnp.ones((2, 2), jnp.float32), 0, tag=3, comm=comm)
+                     if RANK == 1 else jnp.zeros(())), delay=0.5)
+        msg = "" if error is None else str(error)
+        y = np.asarray(mpx.allreduce(jnp.ones(2), MPI.SUM, comm=comm))
+    finally:
+        comm.Free()
+    np.testing.assert_array_equal(y, np.full(2, float(SIZE)))
+    if RANK == 1:
+        assert re.search(expected, msg), msg
+    else:
+        assert msg == "", msg
 
 
 @two_ranks

@@ -14,7 +14,7 @@ import jaxmpi
 from jaxmpi import notoken as mpx
 from util import check_mode as util_check_mode
 from util import (DOWN, DTYPE_IDS, DTYPES, LEFT, MODES, RANK, RIGHT, SIZE, UP,
-                  Later, bfloat16, check, data, on_line, run)
+                  Later, bfloat16, check, data, on_line, run, sender_first)
 
 # The suites this file belongs to (tests/suites.py).
 SUITES = ("large_count", "across_hosts", "c_core", "mpi_errors")
@@ -260,7 +260,7 @@ def check_mode(request):
 def test_short_message_is_an_error_not_garbage(mode, check_mode):
     # Rank 0 sends 3 elements where rank 1 expects 4: an error on rank 1,
     # and both ranks go on working afterwards. With checks on (the default)
-    # the receive's probe finds it first.
+    # the receive's probe finds the message, sent before the receive starts.
     def f(a):
         if RANK == 0:
             mpx.send(a[:3], 1, tag=5)
@@ -273,11 +273,7 @@ def test_short_message_is_an_error_not_garbage(mode, check_mode):
                 r"elements of float32" if check_mode == "off" else
                 r"rank 1 expects float32\[4\] \(16 bytes\) but the message "
                 r"from rank 0 with tag 5 has 12 bytes \(3 float32 elements\)")
-    error = None
-    try:
-        jax.block_until_ready(run(mode, f, x))
-    except Exception as e:  # noqa: BLE001 (checked below, after the allreduce)
-        error = e
+    error = sender_first(lambda: run(mode, f, x), lambda: run(mode, f, x))
     total = mpx.allreduce(jnp.ones(2), MPI.SUM)
     if RANK == 1:
         assert error is not None, "no error on rank 1"
@@ -291,16 +287,12 @@ def test_short_message_is_an_error_not_garbage(mode, check_mode):
 def test_long_message_is_an_error(check_mode):
     # Rank 0 sends 8 elements where rank 1 expects 4. Checks off: MPI
     # reports truncation, which becomes jaxmpi's message with the size
-    # expected; on (the default): the probe gives both sizes.
+    # expected; on (the default): the probe, finding the message sent before
+    # the receive starts, gives both sizes.
     x = jnp.arange(8.0, dtype=jnp.float32)
-    msg = None
-    if RANK == 0:
-        mpx.send(x, 1, tag=6)
-    elif RANK == 1:
-        try:
-            jax.block_until_ready(mpx.recv(x[:4], 0, tag=6))
-        except Exception as e:  # noqa: BLE001 (checked below)
-            msg = str(e)
+    error = sender_first(lambda: mpx.send(x, 1, tag=6),
+                         lambda: mpx.recv(x[:4], 0, tag=6) if RANK == 1 else x)
+    msg = None if error is None else str(error)
     total = mpx.allreduce(jnp.ones(2), MPI.SUM)
     if RANK == 1:
         assert msg is not None, "no error on rank 1"

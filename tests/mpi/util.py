@@ -242,3 +242,38 @@ def loop_body_copies(fn, *args):
     bodies = re.findall(r"body=%([\w.\-]+)", text)
     assert bodies, "no while loop in the compiled program"
     return sum(blocks[b].count(" copy(") for b in bodies)
+
+
+def error_or_none(call):
+    """The exception `call()` raises (its result waited for), else None."""
+    try:
+        jax.block_until_ready(call())
+    except Exception as e:  # noqa: BLE001 (the caller checks it afterwards)
+        return e
+    return None
+
+
+def sender_first(send, receive, sender=0, delay=0.0):
+    """`sender` runs send() to completion while the others wait at a barrier
+    of COMM_WORLD, then the others run receive(): the message is at its
+    receiver before the receive starts (the default check's probe finds
+    it). With `delay` the order is the other way round: everyone meets
+    first, and the sender sleeps `delay` seconds before sending, so that
+    the receive starts first and the message comes late. Returns this
+    rank's exception, or None."""
+    import time
+
+    error = None
+    if delay:
+        MPI.COMM_WORLD.Barrier()
+        if MPI.COMM_WORLD.Get_rank() == sender:
+            time.sleep(delay)
+            return error_or_none(send)
+        return error_or_none(receive)
+    if MPI.COMM_WORLD.Get_rank() == sender:
+        error = error_or_none(send)
+        jax.effects_barrier()
+    MPI.COMM_WORLD.Barrier()
+    if MPI.COMM_WORLD.Get_rank() != sender:
+        error = error_or_none(receive)
+    return error
