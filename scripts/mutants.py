@@ -260,10 +260,10 @@ MUTANTS = [
            "a pytree's leaves are cut from the packed buffer at wrong offsets",
            (PT,)),
     Mutant("py-halo-direction", "src/jaxmpi/_topology.py",
-           "            sources.append(int(source))\n"
-           "            dests.append(int(dest))",
-           "            sources.append(int(dest))\n"
-           "            dests.append(int(source))",
+           "            sources.append(source)\n"
+           "            dests.append(dest)",
+           "            sources.append(dest)\n"
+           "            dests.append(source)",
            "halo_exchange receives each piece from the opposite neighbour",
            (HALO,)),
     Mutant("py-eager-no-check", "src/jaxmpi/_eager.py",
