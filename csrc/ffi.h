@@ -57,6 +57,7 @@ typedef struct jm_call {
   int64_t site;    /* id of the Python line of the call (0: unknown) */
   int on_device;   /* data pointers are GPU memory (CUDA-aware MPI mode) */
   void *stream;    /* XLA's CUDA stream of this call (GPU handlers only) */
+  void *req;       /* a start's request once made (request.c) */
 } jm_call;
 
 enum { JM_ROWS_COUNTS, JM_ROWS_SEND, JM_ROWS_RECV };
