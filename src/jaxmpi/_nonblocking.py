@@ -256,14 +256,11 @@ def _define_start(name, bufs_rule, aliases, target=None):
         return lower_with_token(ctx, rule, *operands, **_ops._attributes(
             {k: p for k, p in params.items() if p is not None}))
 
-    mlir.register_lowering(prim, lowering, platform="cpu")
-
-    def gpu(ctx, *operands, **params):
-        raise NotImplementedError(
-            f"jaxmpi.{name}: non-blocking operations run on CPU only so far "
-            "(use the blocking operation on GPU)")
-
-    mlir.register_lowering(prim, gpu, platform="cuda")
+    # One custom call for both platforms: the C core registers a CPU and a
+    # CUDA handler under its name (the CUDA one stages through pinned memory
+    # that the request owns until its wait).
+    for platform in _ops.LOWERING_PLATFORMS:
+        mlir.register_lowering(prim, lowering, platform=platform)
     START[name] = prim
     return prim
 
@@ -299,7 +296,8 @@ def _wait_lowering(ctx, handle, *bufs, spec):
     return lower_with_token(ctx, rule, handle, *bufs)
 
 
-mlir.register_lowering(wait_p, _wait_lowering, platform="cpu")
+for _platform in _ops.LOWERING_PLATFORMS:
+    mlir.register_lowering(wait_p, _wait_lowering, platform=_platform)
 
 
 # ---- autodiff and batching, shared by every op -----------------------------
