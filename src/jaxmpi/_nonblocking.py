@@ -920,9 +920,6 @@ def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
             not an intracommunicator, or ``token`` is not a token.
         ValueError: a rank or tag is out of range, or an array lives on more
             than one device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message), or 4096
             requests of this process already in flight
@@ -987,9 +984,6 @@ def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
             or ``token`` is not a token.
         ValueError: a rank or tag is out of range, or an array lives on more
             than one device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         NotImplementedError: differentiating a receive from
             ``MPI.ANY_SOURCE`` or with ``MPI.ANY_TAG`` (see
             docs/autodiff.md).
@@ -1065,9 +1059,6 @@ def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
             or ``token`` is not a token.
         ValueError: a rank or tag is out of range, or an array lives on more
             than one device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         NotImplementedError: differentiating a receive from
             ``MPI.ANY_SOURCE`` (see docs/autodiff.md).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
@@ -1145,9 +1136,6 @@ def iallreduce(x, op, *, comm=None, token=None,
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
         ValueError: ``adjoint`` is not ``"replicated"`` or ``"sum"``.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         NotImplementedError: differentiating with an ``op`` other than
             ``MPI.SUM``.
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
@@ -1207,9 +1195,6 @@ def ibcast(x, root, *, comm=None, token=None) -> Request:
             intracommunicator, or ``token`` is not a token.
         ValueError: a root is out of range, or an array lives on more than one
             device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK``, ranks that disagree on the call
@@ -1258,9 +1243,6 @@ def ibarrier(*, comm=None, token=None) -> Request:
     Raises:
         TypeError: ``comm`` is not an intracommunicator, or ``token`` is
             not a token.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank and MPI's message); with
             ``JAXMPI_CHECK``, ranks making different calls
@@ -1319,9 +1301,6 @@ def ireduce(x, op, root, *, comm=None, token=None) -> Request:
             ``token`` is not a token.
         ValueError: a root is out of range, or an array lives on more than one
             device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         NotImplementedError: differentiating with an ``op`` other than
             ``MPI.SUM``.
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
@@ -1378,9 +1357,6 @@ def iscan(x, op, *, comm=None, token=None) -> Request:
             is not an intracommunicator, or ``token`` is not a token.
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         NotImplementedError: differentiating with an ``op`` other than
             ``MPI.SUM``.
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
@@ -1444,9 +1420,6 @@ def iexscan(x, op, *, comm=None, token=None) -> Request:
             ``token`` is not a token.
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         NotImplementedError: differentiating with an ``op`` other than
             ``MPI.SUM``.
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
@@ -1522,9 +1495,6 @@ def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
             ``counts``) or ``sum(counts)``; ``counts`` has not one entry per
             rank or a negative entry; an array lives on more than one
             device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         NotImplementedError: differentiating with an ``op`` other than
             ``MPI.SUM``.
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
@@ -1588,9 +1558,6 @@ def igather(x, root, *, comm=None, token=None) -> Request:
             intracommunicator, or ``token`` is not a token.
         ValueError: a root is out of range, or an array lives on more than one
             device (jaxmpi needs one JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK``, ranks that disagree on the call
@@ -1647,9 +1614,6 @@ def iscatter(x, root, *, comm=None, token=None) -> Request:
             device (jaxmpi needs one JAX device per process).
         ValueError: on the root, ``x.shape[0]`` is not the communicator's
             size.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK``, ranks that disagree on the call
@@ -1705,9 +1669,6 @@ def iallgather(x, *, comm=None, token=None) -> Request:
             ``token`` is not a token.
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK``, ranks that disagree on the call
@@ -1762,9 +1723,6 @@ def ialltoall(x, *, comm=None, token=None) -> Request:
         ValueError: an array lives on more than one device (jaxmpi needs one
             JAX device per process).
         ValueError: ``x.shape[0]`` is not the communicator's size.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK``, ranks that disagree on the call
@@ -1826,9 +1784,6 @@ def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
             is negative, ``x``'s rows disagree with its count (the error
             names the argument, its shape and the count), ``x`` is a scalar,
             or an array lives on more than one device.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK`` (and on the calls the default sparse check
@@ -1899,9 +1854,6 @@ def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
             names the argument, its shape and the count), ``x`` is a scalar,
             a root is out of range, or an array lives on more than one
             device.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK`` (and on the calls the default sparse check
@@ -1972,9 +1924,6 @@ def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
             error names the argument, its shape and the count), ``x`` is a
             scalar, a root is out of range, or an array lives on more than
             one device.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK`` (and on the calls the default sparse check
@@ -2050,9 +1999,6 @@ def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
             is negative, ``x``'s rows disagree with ``sum(sendcounts)`` (the
             error names the argument, its shape and the counts), ``x`` is a
             scalar, or an array lives on more than one device.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message); with
             ``JAXMPI_CHECK`` (and on the calls the default sparse check
@@ -2136,9 +2082,6 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
             than one device (jaxmpi needs one JAX device per process).
         ValueError: the four sequences differ in length, or hold no pair
             or more than 15 pairs.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use the blocking
-            operation).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message), or 4096
             requests of this process already in flight
@@ -2343,9 +2286,10 @@ STARTS = tuple(n for n in OPERATIONS if n not in ("wait", "waitall"))
 from ._topology import ihalo_exchange, ineighbor_alltoallv  # noqa: E402
 
 # What every start raises for a misused Request (the class's docstring says
-# more), written once here and put in each start's Raises before its entry
-# for GPUs, which every start has, at that entry's indentation (Python 3.13
-# strips a docstring's common indentation, older versions keep it).
+# more), written once here and put in each start's Raises before its first
+# NotImplementedError or JaxRuntimeError entry (every start has one), at that
+# entry's indentation (Python 3.13 strips a docstring's common indentation,
+# older versions keep it).
 _MISUSE_RAISES = """\
 TypeError: at trace time, the returned ``Request`` leaves the
     function that started it (returned from ``jit``, or passed into
@@ -2355,13 +2299,14 @@ RuntimeError: a request was dropped without a wait: raised by the
     function, when that function is compiled (nothing of it
     runs).
 """
-_GPU_RAISES = re.compile(r"^( *)NotImplementedError: the call is compiled "
-                         r"for a GPU", re.M)
+_RUNTIME_RAISES = re.compile(
+    r"^( *)(NotImplementedError|jax\.errors\.JaxRuntimeError): ", re.M)
 for _name in STARTS:
     _fn = globals()[_name]
-    _at = _GPU_RAISES.search(_fn.__doc__ or "")
+    _at = _RUNTIME_RAISES.search(_fn.__doc__ or "")
     if _at is None:
-        raise AssertionError(f"{_name}'s docstring has no entry for GPUs")
+        raise AssertionError(f"{_name}'s docstring has no entry for "
+                             "NotImplementedError or JaxRuntimeError")
     _fn.__doc__ = (_fn.__doc__[:_at.start()]
                    + textwrap.indent(_MISUSE_RAISES, _at.group(1))
                    + _fn.__doc__[_at.start():])

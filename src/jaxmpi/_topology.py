@@ -605,8 +605,6 @@ def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
             has fewer than N axes, or an axis is shorter than three widths
             (the halo on both sides and a rim to send), or a tag is out of
             range.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use ``halo_exchange``).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message), or 4096
             requests of this process already in flight
@@ -682,8 +680,6 @@ def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
             not one entry per neighbour, a count is negative,
             ``sum(sendcounts)`` is not ``x.shape[0]``, a rank has more than
             32 in- or out-neighbours, or a tag is out of range.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use ``neighbor_alltoallv``).
         jax.errors.JaxRuntimeError: when the start runs: an MPI error
             (naming the op, the rank, the peer and MPI's message), or 4096
             requests of this process already in flight
