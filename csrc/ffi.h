@@ -64,6 +64,7 @@ typedef struct jm_call {
   int position, ndevices, paired;
   jm_Comm sendcomm[JM_MAX_BUFFERS], recvcomm[JM_MAX_BUFFERS];
   void *stream;    /* XLA's CUDA stream of this call (GPU handlers only) */
+  void *req;       /* a start's request once made (request.c) */
 } jm_call;
 
 enum { JM_ROWS_COUNTS, JM_ROWS_SEND, JM_ROWS_RECV };

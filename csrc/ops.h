@@ -88,7 +88,8 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(reduce_scatter, 1, 1, 0, JM_A(comm) | JM_A(op) | JM_A(counts))             \
   X(exscan, 1, 1, 0, JM_A(comm) | JM_A(op))
 
-/* Non-blocking starts (request.c), XLA:CPU only. Result 0 is the request's
+/* Non-blocking starts (request.c), XLA:CPU and XLA:GPU (the CUDA handler
+ * stages through pinned memory the request owns). Result 0 is the request's
  * handle (a float32 scalar, see request.h); the other results are the
  * buffers the request uses (sends from, receives into), each aliased to the
  * argument it replaces. The wait

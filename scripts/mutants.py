@@ -58,6 +58,8 @@ HALO = "tests/mpi/test_halo.py"
 PT = "tests/mpi/test_pytree.py"
 CHK = "tests/mpi/test_check_default.py"
 NBT = "tests/mpi/test_nonblocking_topology.py"
+# The GPU path of the non-blocking ops over a stand-in CUDA driver (no GPU).
+GPUREQ = "tests/launch/test_gpu_requests.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,8 +167,29 @@ MUTANTS = [
            "    unwind(&p, p.n, stream);",
            "  CUresult rc = JM_CUDA_SUCCESS;\n  if (rc != JM_CUDA_SUCCESS) {\n"
            "    unwind(&p, p.n, stream);",
-           "staged GPU data sent before the stream's copies finish", (GPU,),
-           gpu=True),
+           "staged GPU data sent before the stream's copies finish",
+           (GPUREQ,)),
+    Mutant("c-cuda-istart-no-copy-sync", "csrc/cuda_staging.c",
+           "rc = cu.StreamSynchronize(st->copy);\n    }\n",
+           "rc = JM_CUDA_SUCCESS;\n    }\n",
+           "a GPU start posts MPI before its device->host copies finish",
+           (GPUREQ,)),
+    Mutant("c-cuda-wait-no-stream-wait", "csrc/cuda_staging.c",
+           "rc = cu.StreamWaitEvent((CUstream)c->stream, st->s->ev, 0);",
+           "rc = JM_CUDA_SUCCESS;",
+           "XLA's stream does not wait for a GPU wait's copies back",
+           (GPUREQ,)),
+    Mutant("c-cuda-wait-copy-before-mpi", "csrc/request.c",
+           "  complete_here(r);\n"
+           "  XLA_FFI_Error *err = moved ? moved_error(r) : finish(r);\n"
+           "  if (!err) err = jm_cuda_stage_finish(&r->call, r->gpu, results, "
+           "nresults);\n",
+           "  XLA_FFI_Error *err = jm_cuda_stage_finish(&r->call, r->gpu, "
+           "results, nresults);\n"
+           "  complete_here(r);\n"
+           "  if (!err) err = moved ? moved_error(r) : finish(r);\n",
+           "a GPU wait enqueues the copies back before MPI completed",
+           (GPUREQ,)),
     # ---- non-blocking operations (csrc/request.c, src/jaxmpi/_prims_*.py)
     Mutant("c-isendrecv-swap", "csrc/request.c",
            "c->source,\n                    c->recvtag, c->comm, &r->reqs[0]);",
@@ -366,8 +389,6 @@ MUTANTS = [
 
 # Mutants the suite cannot kill, and why (CONTRIBUTING.md has the same list).
 DOCUMENTED_SURVIVORS = {
-    "c-cuda-skip-stream-sync":
-        "only a GPU run can kill it (tests/gpu); without a GPU it survives",
 }
 
 

@@ -291,27 +291,23 @@ class Core:
 
     def register_handlers(self) -> None:
         """Register the FFI targets of the C core's table (checked against
-        Python's first: _registry.check_table): each blocking op's CPU
-        handler jaxmpi_ffi_<op> and CUDA handler jaxmpi_ffi_<op>_cuda (CUDA
-        registrations wait in JAX until a CUDA plugin loads, if ever),
-        join_token's (one for both platforms), and the CPU-only handlers of
-        the non-blocking starts and of wait."""
+        Python's first: _registry.check_table): each operation's CPU handler
+        jaxmpi_ffi_<op> and CUDA handler jaxmpi_ffi_<op>_cuda, the starts'
+        and wait's too (CUDA registrations wait in JAX until a CUDA plugin
+        loads, if ever), and join_token's (one for both platforms)."""
         table = self.table()
         capsule = lambda symbol: jax.ffi.pycapsule(getattr(self.lib, symbol))
-        for name, (_, _, _, start) in table["ops"].items():
+        for name in [*table["ops"], "wait"]:
             cpu = f"jaxmpi_ffi_{name}"
             jax.ffi.register_ffi_target(f"jaxmpi_{name}", capsule(cpu),
                                         platform="cpu")
-            if not start:
-                jax.ffi.register_ffi_target(f"jaxmpi_{name}",
-                                            capsule(f"{cpu}_cuda"),
-                                            platform="CUDA")
+            jax.ffi.register_ffi_target(f"jaxmpi_{name}",
+                                        capsule(f"{cpu}_cuda"),
+                                        platform="CUDA")
         for platform in ("cpu", "CUDA"):
             jax.ffi.register_ffi_target("jaxmpi_join_token",
                                         capsule("jaxmpi_ffi_join_token"),
                                         platform=platform)
-        jax.ffi.register_ffi_target("jaxmpi_wait", capsule("jaxmpi_ffi_wait"),
-                                    platform="cpu")
 
     def set_check(self, mode: str) -> None:
         """mode: one of CHECK_MODES."""

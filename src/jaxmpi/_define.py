@@ -368,14 +368,8 @@ def define_start(name, *, buffers, aliases, results, backward,
         # A parameter that is None (counts of equal blocks) is no attribute.
         return lower_with_token(ctx, rule, *operands, **attributes(params))
 
-    jc.mlir.register_lowering(prim, lowering, platform="cpu")
-
-    def gpu(ctx, *operands, **params):
-        raise NotImplementedError(
-            f"jaxmpi.{name}: non-blocking operations run on CPU only so far "
-            "(use the blocking operation on GPU)")
-
-    jc.mlir.register_lowering(prim, gpu, platform="cuda")
+    for platform in LOWERING_PLATFORMS:
+        jc.mlir.register_lowering(prim, lowering, platform=platform)
     row = Start(name, prim, results, backward, jvp_check, batch_axes,
                 after_wait)
     _registry.STARTS[name] = row

@@ -246,7 +246,9 @@ def _wait_lowering(ctx, handle, *bufs, spec):
     return lower_with_token(ctx, rule, handle, *bufs)
 
 
-jc.mlir.register_lowering(wait_p, _wait_lowering, platform="cpu")
+# XLA:CPU and XLA:GPU: the C core has a wait handler for each platform.
+for _platform in ("cpu", "cuda"):
+    jc.mlir.register_lowering(wait_p, _wait_lowering, platform=_platform)
 # Its JVP, transpose and batching rule are _define's, beside the starts'.
 
 
