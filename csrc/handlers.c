@@ -30,7 +30,7 @@ static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
   jm_call c;
   const int64_t callno =
       atomic_fetch_add_explicit(&calls_made, 1, memory_order_relaxed) + 1;
-  XLA_FFI_Error *err = jm_decode(frame, desc, &c, cuda);
+  XLA_FFI_Error *err = jm_decode(frame, desc, &c, run != run_host);
   c.callno = callno;
   if (err) return err;
   double t0 = 0.0;

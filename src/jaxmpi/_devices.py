@@ -217,8 +217,7 @@ class DeviceCart:
 
     Args:
         cart: an mpi4py Cartesian communicator over the processes.
-        mesh: this process's ``jax.sharding.Mesh``, one axis per dimension
-            of ``cart``.
+        mesh: this process's ``jax.sharding.Mesh``, an axis per dimension.
 
     Raises:
         TypeError: ``cart`` is not a Cartesian communicator or ``mesh`` not

@@ -57,7 +57,7 @@ def test_public_functions_listed():
     # Every operation has its token-API form; the switches are jaxmpi's.
     assert len(DOCUMENTED) == len(OPERATIONS) + 2 + 3
     assert sorted(jaxmpi.__all__) == sorted(
-        [*OPERATIONS, "Request", "has_cuda_support", "jit",
+        [*OPERATIONS, "Request", "DeviceCart", "has_cuda_support", "jit",
          "get_default_comm", "set_check", "set_timeout",
          "MPIConfigurationError", "notoken"])
     # Request is public in both (a class: its docstring is checked below).
@@ -166,6 +166,19 @@ def test_request_documented():
                   "next jaxmpi call"):
         assert words in one(doc), words
     assert inspect.getdoc(jaxmpi.Request.op)
+
+
+def test_device_cart_documented():
+    assert jaxmpi.DeviceCart is notoken.DeviceCart
+    doc = inspect.getdoc(jaxmpi.DeviceCart)
+    sec, _ = sections(doc)
+    for s in ("Args:", "Raises:", "Example:"):
+        assert sec.get(s), s
+    args = entries(sec["Args:"])
+    assert [a[0].split(":")[0] for a in args] == list(
+        inspect.signature(jaxmpi.DeviceCart).parameters)
+    assert all(not more for _, more in args)  # one line per parameter
+    assert "halo_exchange" in sec["Example:"]
 
 
 @pytest.mark.parametrize("op", OPERATIONS)
