@@ -598,7 +598,7 @@ static XLA_FFI_Error *decode_position(jm_call *c,
 
 XLA_FFI_Error *jm_decode(XLA_FFI_CallFrame *frame, const jm_op_desc *desc,
                          jm_call *c, int on_gpu) {
-  memset(c, 0, sizeof *c);
+  memset(c, 0, JM_CALL_HEAD);
   c->opname = desc->name;
   c->frame = frame;
   c->api = frame->api;
