@@ -60,6 +60,9 @@ CHK = "tests/mpi/test_check_default.py"
 NBT = "tests/mpi/test_nonblocking_topology.py"
 # The GPU path of the non-blocking ops over a stand-in CUDA driver (no GPU).
 GPUREQ = "tests/launch/test_gpu_requests.py"
+DEV_ORD = "tests/devices/test_ordering.py"
+DEV_CART = "tests/devices/test_devicecart.py"
+DEV_AXIS = "tests/devices/test_allreduce_axis.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +75,7 @@ class Mutant:
     tests: tuple
     gpu: bool = False  # only a GPU run can kill it
     select: str = ""  # pytest -k: the tests that concern it (faster runs)
+    devices: int = 1  # forced host devices per process (tests/devices)
 
 
 MUTANTS = [
@@ -385,6 +389,26 @@ MUTANTS = [
            "if 0 <= v <= comm.size or v in allow:",
            "a rank equal to the communicator size is accepted (off by one)",
            (VAL,)),
+    # ---- Python: several devices per process (tests/devices, 2 devices) ----
+    Mutant("py-devices-one-communicator", "src/jaxmpi/_devices.py",
+           "comms=tuple(MPI._handleof(d) & 0xFFFFFFFFFFFFFFFF for d in dups))",
+           "comms=tuple(MPI._handleof(dups[0]) & 0xFFFFFFFFFFFFFFFF for d in dups))",
+           "every device of a process calls MPI on one communicator (silently "
+           "wrong sums without checks)", (DEV_ORD,), select="never_share",
+           devices=2),
+    Mutant("py-devicecart-endpoint-order", "src/jaxmpi/_devices.py",
+           "out.append(rank * self.devices + int(np.ravel_multi_index(\n"
+           "                    pos, self.mesh_shape)))",
+           "out.append(rank + self.cart.Get_size() * int(np.ravel_multi_index(\n"
+           "                    pos, self.mesh_shape)))",
+           "DeviceCart: a neighbour's endpoint numbered position-major, not "
+           "process-major", (DEV_CART,), select="halo_and_neighbours",
+           devices=2),
+    Mutant("py-axis-allreduce-pieces-local", "src/jaxmpi/_collectives.py",
+           "whole = lax.all_gather(mpi_allreduce(piece), axis_name, tiled=True)",
+           "whole = lax.all_gather(piece, axis_name, tiled=True)",
+           "allreduce(axis_name=...) from 64 KiB: the pieces gathered without "
+           "their MPI reduction across processes", (DEV_AXIS,), devices=2),
 ]
 
 # Mutants the suite cannot kill, and why (CONTRIBUTING.md has the same list).
@@ -434,13 +458,13 @@ def apply(tree, m, dry=False):
             f.write(text.replace(m.old, m.new))
 
 
-def env_for(tree):
+def env_for(tree, devices=1):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(tree, "src") + (
         os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("JAX_PLATFORMS", "cpu")
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                        " --xla_force_host_platform_device_count=1").strip()
+                        f" --xla_force_host_platform_device_count={devices}").strip()
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
@@ -454,16 +478,17 @@ def launcher(python):
     return [os.path.join(os.path.dirname(python), "mpiexec")]
 
 
-def run_tests(tree, files, n, args, select=""):
-    """(passed, seconds, what failed) for files at n ranks in tree (select:
-    a pytest -k expression; all of files if empty)."""
+def run_tests(tree, files, n, args, select="", devices=1):
+    """(passed, seconds, what failed) for files at n ranks of `devices`
+    devices each in tree (select: a pytest -k expression; all of files if
+    empty)."""
     cmd = ["timeout", "-k", "10", str(args.run_timeout), *launcher(args.python),
            "-n", str(n), args.python, "-m", "pytest", "-q", "-x",
            "-p", "no:cacheprovider", "--timeout-method=thread",
            f"--timeout={args.test_timeout}", "--color=no", *files,
            *(["-k", select] if select else [])]
     t0 = time.monotonic()
-    res = run(cmd, cwd=tree, env=env_for(tree))
+    res = run(cmd, cwd=tree, env=env_for(tree, devices))
     dt = time.monotonic() - t0
     if res.returncode == 0:
         return True, dt, ""
@@ -500,9 +525,11 @@ def check_mutant(m, base, args, gpu):
                 return {"status": "build-failed", "detail": out.strip()[-300:],
                         "seconds": time.monotonic() - t0}
         for n in args.ranks:
-            passed, _, why = run_tests(tree, list(m.tests), n, args, m.select)
+            passed, _, why = run_tests(tree, list(m.tests), n, args, m.select,
+                                       m.devices)
             if not passed:
-                return {"status": "killed", "detail": f"{n} ranks: {why}",
+                at = f"{n} ranks" + (f" x {m.devices} devices" if m.devices > 1 else "")
+                return {"status": "killed", "detail": f"{at}: {why}",
                         "seconds": time.monotonic() - t0}
         sel = f" -k '{m.select}'" if m.select else ""
         return {"status": "survived",
@@ -567,16 +594,18 @@ def main():
         if not where.startswith(os.path.realpath(base)) and not where.startswith(base):
             raise SystemExit(f"the copy's jaxmpi is not the one imported: {where}")
         if not args.no_baseline:
-            files = sorted({f for m in chosen for f in m.tests
-                            if not (m.gpu and not gpu)})
-            for n in args.ranks:
-                passed, dt, why = run_tests(base, files, n, args)
-                print(f"unmutated: {' '.join(files)} at {n} ranks: "
-                      f"{'pass' if passed else 'FAIL ' + why} ({dt:.0f}s)",
-                      flush=True)
-                if not passed:
-                    raise SystemExit("the unmutated tree fails its tests: fix "
-                                     "that first (or --no-baseline)")
+            for d in sorted({m.devices for m in chosen}):
+                files = sorted({f for m in chosen for f in m.tests
+                                if m.devices == d and not (m.gpu and not gpu)})
+                for n in args.ranks if files else []:
+                    passed, dt, why = run_tests(base, files, n, args, devices=d)
+                    at = f"{n} ranks" + (f" x {d} devices" if d > 1 else "")
+                    print(f"unmutated: {' '.join(files)} at {at}: "
+                          f"{'pass' if passed else 'FAIL ' + why} ({dt:.0f}s)",
+                          flush=True)
+                    if not passed:
+                        raise SystemExit("the unmutated tree fails its tests: "
+                                         "fix that first (or --no-baseline)")
         results = {}
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             futs = {pool.submit(check_mutant, m, base, args, gpu): m

@@ -168,9 +168,13 @@ def aval(shape, dtype):
 
 
 def zeros(x):
-    """Zeros shaped like x (a value, an aval or an undefined primal)."""
+    """Zeros shaped like x (a value, an aval or an undefined primal);
+    inside shard_map typed as varying where x does (a cotangent must have
+    its primal's type)."""
     aval = x.aval if hasattr(x, "aval") else x
-    return jnp.zeros(aval.shape, aval.dtype)
+    z = jnp.zeros(aval.shape, aval.dtype)
+    axes = jc.vma(aval) - jc.vma(z.aval) if hasattr(z, "aval") else ()
+    return jc.pvary(z, axes) if axes else z
 
 
 def zeros_from(ct, like):
