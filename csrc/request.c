@@ -1083,8 +1083,14 @@ XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame) {
   }
   r->state = R_WAITING;
   int moved = !same_buffers(r, bufs, nbufs);
+  /* Over several devices a wait blocks in its handler: XLA runs the rest of
+   * a program on the thread that completes its future, and with one
+   * completion thread one position's next blocking call would hold up
+   * another position's completion, which a peer may be waiting for
+   * (tests/launch/test_devices.py hung so at 2 x 2 and 3 x 2). Each
+   * device's thread then waits for its own requests only. */
   int async = !moved && !r->complete && atomic_load(&async_on) &&
-              api_has_futures(api);
+              api_has_futures(api) && r->call.ndevices == 0;
   if (async) {
     /* One more test: a request complete by now needs no future. */
     double now = -1;

@@ -148,6 +148,13 @@ def _install_token_fastpath() -> bool:
     def get_token_input(self, eff, devices):
         if eff is mpi_effect:
             guard()
+        if eff is mpi_effect and len(devices) > 1:
+            # A program over several devices takes the token resharded: one
+            # of a failed computation would fail it too (and every later
+            # one). Dropped, JAX makes a fresh one.
+            buf = getattr(self.current_tokens.get(eff), "_buf", None)
+            if buf is not None and buf.is_ready() and not ended(buf):
+                self.current_tokens.pop(eff, None)
         if eff is mpi_effect and len(devices) == 1:
             tok = self.current_tokens.get(eff)
             buf = getattr(tok, "_buf", None)
@@ -173,13 +180,26 @@ token_fastpath = _install_token_fastpath()
 MARKER_KEY = "jaxmpi.jit"
 
 
+def ended(value) -> bool:
+    """Wait for a runtime token or marker; False if its computation failed.
+    Tokens order calls; they do not carry errors: a failed computation has
+    ended, and its error reaches whoever reads its results."""
+    try:
+        value.block_until_ready()
+        return True
+    except Exception:  # the computation's error, not this caller's
+        return False
+
+
 def wait_for_dispatched() -> None:
     """Return once every jaxmpi computation this thread dispatched ended:
-    the runtime token of jax.jit's, the marker of jaxmpi.jit's (_region)."""
+    the runtime token of jax.jit's, the marker of jaxmpi.jit's (_region).
+    A token of a failed computation is dropped, so that later computations
+    do not inherit its error (JAX would hand it on as their input)."""
     tokens = jc.dispatch.runtime_tokens
     tok = tokens.current_tokens.get(mpi_effect)
-    if tok is not None:
-        tok.block_until_ready()
+    if tok is not None and not ended(tok):
+        tokens.current_tokens.pop(mpi_effect, None)
     marker = tokens.output_runtime_tokens.get(MARKER_KEY)
-    if marker is not None:
-        marker.block_until_ready()
+    if marker is not None and not ended(marker):
+        tokens.output_runtime_tokens.pop(MARKER_KEY, None)

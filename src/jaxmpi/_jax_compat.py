@@ -134,9 +134,10 @@ def pvary(x, axes):
     return _core_internal.pvary(x, tuple(axes))
 
 
-def shard_map(f, mesh, in_specs, out_specs):
+def shard_map(f, mesh, in_specs, out_specs, check_vma=True):
     """jax.shard_map over every axis of mesh."""
-    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs)
+    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         check_vma=check_vma)
 
 
 __all__ = [

@@ -47,7 +47,7 @@ import jax
 import numpy as np
 
 from . import _jax_compat as jc
-from ._effect import MARKER_KEY, mpi_effect
+from ._effect import MARKER_KEY, ended, mpi_effect
 from ._threads import guard
 
 _MARKER_AVAL = jc.ShapedArray((), np.dtype(np.bool_))
@@ -110,7 +110,7 @@ _in_flight: collections.deque = collections.deque()
 def _bound_in_flight(marker) -> None:
     _in_flight.append(marker)
     while len(_in_flight) > MAX_IN_FLIGHT:
-        _in_flight.popleft().block_until_ready()
+        ended(_in_flight.popleft())  # its error reaches its results' reader
 
 
 class Jitted:

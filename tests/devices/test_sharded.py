@@ -76,11 +76,6 @@ def test_eager_sharded_blocking_ops(layout, shape, spec):
 
 
 @several
-@pytest.mark.xfail(strict=True, reason=(
-    "not built: a message's per-shard result is typed as varying over every "
-    "mesh axis, so the eager path's shard_map refuses out_specs that leave "
-    "the copies' axis replicated (JAX: 'out_specs which require replication "
-    "which can't be statically inferred')"))
 def test_eager_sharded_message_into_copies():
     """sendrecv eagerly on an array split over one axis of a 2-D mesh and
     copied over the other: every copy gets the peer's shard."""

@@ -3,8 +3,8 @@ the rest under mpiexec). Processes with different device counts (an MPMD
 launch: XLA_FLAGS is per process), MPI below MPI_THREAD_MULTIPLE, the
 watchdog and the cross-rank check naming the position; and what
 tests/devices found wrong, kept here where a job can fail or hang without
-taking a suite with it: a runtime error fails every later call, two
-hangs."""
+taking a suite with it: calls after a runtime error, and waits followed
+by blocking calls (they hung)."""
 
 import os
 import re
@@ -161,11 +161,6 @@ def test_check_names_the_position(tmp_path):
                 ) in job.stdout, job
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not built: after a runtime error in a program over several devices "
-    "(the check's, here), every later jaxmpi computation of the process, "
-    "eager single-device calls included, fails with that same error (with "
-    "one device per process the next calls run)"))
 def test_calls_after_an_error_run(tmp_path):
     script = write(tmp_path, CHECK_JOB + """
     report("after", spmd(lambda x: mpx.allreduce(x, MPI.SUM)), np.arange(2.0 * n))
@@ -178,17 +173,10 @@ def test_calls_after_an_error_run(tmp_path):
         assert f"rank {r} eager ok" in job.stdout, job
 
 
-# ---- hangs found by tests/devices (not fixed yet) ---------------------------
+# ---- what tests/devices found: waits over several devices block in their
+# handler (a shared completion thread deadlocked positions), and a failed
+# computation's token is dropped (it failed every later call) ------------
 
-# Not strict: the hang depends on timing (it hung in 5 of 5 runs of this job
-# at 3 x 2 on the shared 2-core machine, in 2 of 5 at 2 x 2 with 3 x 40
-# rounds); make it a plain test once fixed.
-@pytest.mark.xfail(strict=False, reason=(
-    "hangs (likely): with several devices a wait's continuation runs on "
-    "jaxmpi's one completion thread (csrc/request.c), so one position's next "
-    "blocking call (JAXMPI_CHECK's allgather, a sendrecv) can hold up another "
-    "position's wait, in another order on another process; passes with one "
-    "device per process"))
 def test_waits_then_blocking_calls_in_a_loop(tmp_path):
     script = write(tmp_path, """
         def body(x):
@@ -210,11 +198,6 @@ def test_waits_then_blocking_calls_in_a_loop(tmp_path):
             assert f"rank {r} loop {i} ok" in job.stdout, job
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hangs: on a DeviceCart a blocking exchange after a backward request (the "
-    "transpose of ihalo_exchange or ineighbor_alltoallv) in the same program "
-    "never completes at one position (in 3 of 3 runs here); each alone "
-    "completes. Likely the cause above within one process"))
 def test_exchange_after_backward_request(tmp_path):
     script = write(tmp_path, """
         cart = MPI.COMM_WORLD.Create_cart([size], periods=[False])
