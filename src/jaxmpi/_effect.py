@@ -76,6 +76,14 @@ def _position(ctx, n: int):
     return jc.hlo.convert(i32, jc.hlo.partition_id())
 
 
+def _manual(ctx) -> bool:
+    """Whether the call is lowered inside shard_map (all axes manual)."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh = getattr(axis_ctx, "mesh", None)
+    return mesh is not None and mesh.size > 1 and set(
+        getattr(axis_ctx, "manual_axes", ())) == set(mesh.axis_names)
+
+
 def _one_device(ctx) -> None:
     """A call traced for one device must be compiled for one: under an
     auto-sharded jit JAX's partitioner would have to place it."""
@@ -108,6 +116,8 @@ def lower_with_token(ctx, rule, *operands, **attrs):
         avals_out=[*ctx.avals_out, jc.abstract_token],
     )
     outs = rule(inner, *operands, token, **attrs)
+    if position or _manual(ctx):
+        jc.mark_manual(outs[-1].owner)
     # The other ordered effects' tokens pass through (JAX hands every rule
     # the whole set: an ordered jax.debug.callback in the same program).
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(

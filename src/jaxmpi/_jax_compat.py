@@ -128,6 +128,15 @@ def varying(aval, axes):
     return ShapedArray(aval.shape, aval.dtype, aval.weak_type, vma=axes)
 
 
+def mark_manual(op) -> None:
+    """Mark a custom call of a shard_map body as manual for GSPMD (JAX's
+    partitioner before Shardy: a side-effecting call whose operands carry
+    no sharding, a token join, fails "Side-effect HLO must have
+    sharding"); Shardy needs no mark."""
+    if not getattr(jax.config, "jax_use_shardy_partitioner", False):
+        op.attributes["mhlo.sharding"] = mlir.ir.StringAttr.get("{manual}")
+
+
 def pvary(x, axes):
     """x made varying over the manual mesh axes `axes` (its transpose sums
     the cotangents over them)."""

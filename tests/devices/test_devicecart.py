@@ -269,6 +269,15 @@ AD_CASES = [("line-w2", 1, [False], 2, "1d-reversed"),
             ("2d-mixed-w21", 2, [False, True], (2, 1), "2d")]
 
 
+# JAX 0.6's transpose of dynamic_update_slice types the zeros it makes as
+# invariant inside shard_map ("Primitive dynamic_update_slice requires
+# varying manual axes to match"): the halo of a position without a
+# neighbour (a select) trips it. docs/devices.md, "Limits".
+OLD_JAX = tuple(int(p) for p in jax.__version__.split(".")[:2]) < (0, 7)
+
+
+@pytest.mark.skipif(OLD_JAX, reason="JAX < 0.7 mistypes the transpose of "
+                    "a halo with non-periodic edges inside shard_map")
 @pytest.mark.parametrize("name,ndim,periods,width,layout", AD_CASES,
                          ids=[c[0] for c in AD_CASES])
 def test_grad_jvp_vmap(name, ndim, periods, width, layout):
