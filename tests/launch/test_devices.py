@@ -16,6 +16,8 @@ import pytest
 
 from conftest import ROOT, Job, launcher, san_env
 
+SUITES = ("jax_dependent",)
+
 PRELUDE = """
 import os, sys
 import mpi4py
