@@ -83,7 +83,7 @@ def test_python_checker_catches_a_cycle_and_more(tmp_path):
     (copy / "_newmod.py").write_text("from . import _core\n")
     bad = layers.violations(layers.dependencies(str(copy)))
     text = "\n".join(bad)
-    assert "_effect (floor 3) imports _region (floor 4)" in text, text
+    assert "_effect (floor 3.0) imports _region (floor 4)" in text, text
     assert "import cycle: _effect -> _region -> _effect" in text, text
     assert "_threads imports jaxmpi _core inside a function" in text, text
     assert "_dtypes imports _version at line" in text, text
