@@ -613,12 +613,21 @@ def tables(args, med, impls):
                 row = [human(size), *[fmt_us(g[i]) for i in impls]]
                 for other in ("b", "c"):
                     if "a" in impls and other in impls:
-                        row.append(f"{g['a'] / g[other]:.3f}" if g["a"] and g[other] else "-")
+                        row.append(ratio(g["a"], g[other]))
                 rows.append(row)
             widths = [max(len(h), *(len(r[k]) for r in rows)) for k, h in enumerate(head)]
             lines.append("  ".join(h.rjust(w) for h, w in zip(head, widths)))
             lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in rows]
     return lines
+
+
+def ratio(a, b) -> str:
+    """a / b in 3 decimals, or 2 significant digits below 0.001 (a control
+    loop of 0.01 us against a slow gloo sample), never a false 0."""
+    if not (a and b):
+        return "-"
+    r = a / b
+    return f"{r:.3f}" if r >= 0.001 else f"{r:.1e}"
 
 
 def targets(args, med, impls):
