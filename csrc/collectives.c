@@ -382,18 +382,18 @@ static XLA_FFI_Error *alltoallv_call(jm_call *c, jm_buffer *x, jm_buffer *y,
   return NULL;
 }
 
-/* alltoallv in place: with equal send and receive counts each block comes
- * back into the place it left, and _ops.py aliases the result to x, so a
- * loop's carry is not copied every iteration (at 1 MiB, 2 ranks, that copy
- * made alltoallv 2.2 x alltoall). Every rank must take the same path: MPI
+/* alltoallv in place: with equal send and receive counts each block comes back
+ * into the place it left, and _prims_vcollectives.py aliases the result to x,
+ * so a loop's carry is not copied every iteration (at 1 MiB, 2 ranks, that
+ * copy made alltoallv 2.2 x alltoall). Every rank must take the same path: MPI
  * wants MPI_IN_PLACE on all ranks or none, and the pairwise exchange below
  * meets no MPI_Alltoallv. A rank knows only its own counts: at 2 ranks they
  * are equal exactly when the peer's are (each compares the one pair's two
- * counts), from 3 ranks not (rank 0's can be equal and rank 1's not), so
- * from 3 ranks every rank makes the out-of-place call (_ops.py aliases
- * nothing there). The choice is made from the counts, not from the
- * buffers, so an empty x (whose address XLA may share with the result in
- * any case) takes the same path as its peer. */
+ * counts), from 3 ranks not (rank 0's can be equal and rank 1's not), so from
+ * 3 ranks every rank makes the out-of-place call (_prims_vcollectives.py
+ * aliases nothing there). The choice is made from the counts, not from the
+ * buffers, so an empty x (whose address XLA may share with the result in any
+ * case) takes the same path as its peer. */
 static int alltoallv_in_place(const jm_call *c) {
   if (c->size > 2) return 0;
   for (int j = 0; j < c->size; j++)
@@ -538,7 +538,8 @@ XLA_FFI_Error *jm_run_reduce_scatter(jm_call *c) {
 }
 
 /* Rank r gets op over ranks 0..r-1. Rank 0's result, which MPI leaves
- * undefined, is the op's identity, written by the lowering (_ops.py). */
+ * undefined, is the op's identity, written by the lowering
+ * (_prims_collectives.py). */
 XLA_FFI_Error *jm_run_exscan(jm_call *c) {
   jm_buffer *x = &c->arg[0], *y = &c->ret[0];
   JM_EXPECT(c, same_type(x, y) && x->count == y->count,

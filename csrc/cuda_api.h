@@ -20,6 +20,7 @@ typedef struct CUevent_st *CUevent;
 
 #define JM_CU_MEMHOSTALLOC_PORTABLE 0x01 /* pinned for every context */
 #define JM_CU_EVENT_DISABLE_TIMING 0x02
+#define JM_CU_STREAM_NON_BLOCKING 0x01 /* no implicit sync with stream 0 */
 
 /* X(field, symbol, parameters): the table jm_cu of cuda_staging.c. */
 #define JM_CUDA_FUNCTIONS(X)                                                   \
@@ -44,6 +45,11 @@ typedef struct CUevent_st *CUevent;
     (CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream stream))         \
   X(MemsetD8Async, "cuMemsetD8Async",                                          \
     (CUdeviceptr dst, unsigned char value, size_t n, CUstream stream))         \
+  X(MemsetD32Async, "cuMemsetD32Async",                                        \
+    (CUdeviceptr dst, unsigned int value, size_t n, CUstream stream))          \
+  X(StreamCreate, "cuStreamCreate", (CUstream * stream, unsigned int flags))   \
+  X(StreamWaitEvent, "cuStreamWaitEvent",                                      \
+    (CUstream stream, CUevent event, unsigned int flags))                      \
   X(EventCreate, "cuEventCreate", (CUevent * event, unsigned int flags))       \
   X(EventRecord, "cuEventRecord", (CUevent event, CUstream stream))            \
   X(EventSynchronize, "cuEventSynchronize", (CUevent event))                   \

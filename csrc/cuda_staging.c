@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- the driver ------------------------------------------------------------ */
@@ -114,6 +115,9 @@ static XLA_FFI_Error *cu_failure(jm_call *c, const char *fn, CUresult rc) {
   if (cu.GetErrorString(rc, &msg) != JM_CUDA_SUCCESS || !msg)
     msg = "unknown CUDA error";
   if (cu.GetErrorName(rc, &name) != JM_CUDA_SUCCESS || !name) name = "?";
+  if (c->size <= 0) /* a wait before it knows its request's communicator */
+    return jm_error(c, XLA_FFI_Error_Code_INTERNAL,
+                    "%s failed: %s (%s, CUDA error %d)", fn, msg, name, rc);
   return jm_error(c, XLA_FFI_Error_Code_INTERNAL,
                   "%s failed on rank %d of %d: %s (%s, CUDA error %d)", fn,
                   c->rank, c->size, msg, name, rc);
@@ -140,7 +144,9 @@ static XLA_FFI_Error *get_stream(jm_call *c, CUstream *out) {
 
 /* ---- the staging cache ------------------------------------------------------- */
 
-#define JM_SLOTS 256
+/* Blocking calls hold buffers for the call, requests until their wait:
+ * room for many requests in flight, one buffer each. */
+#define JM_SLOTS 1024
 
 typedef struct slot {
   void *host;       /* pinned memory, NULL: empty slot */
@@ -451,7 +457,9 @@ static int needs_host(const jm_call *c, const jm_op_desc *desc) {
          c->arg[0].dtype == XLA_FFI_DataType_BF16;
 }
 
-XLA_FFI_Error *jm_cuda_run(jm_call *c, const jm_op_desc *desc) {
+XLA_FFI_Error *jm_cuda_enter(jm_call *c, jm_cuda_scope *scope) {
+  scope->ctx = NULL;
+  scope->pushed = 0;
   pthread_once(&load_once, load_driver);
   if (!loaded)
     return jm_error(c, XLA_FFI_Error_Code_FAILED_PRECONDITION,
@@ -462,12 +470,32 @@ XLA_FFI_Error *jm_cuda_run(jm_call *c, const jm_op_desc *desc) {
   c->stream = stream;
   /* The stream's context must be current for the copies and allocations;
    * XLA's thread usually has it already. */
-  CUcontext ctx = NULL, current = NULL;
-  JM_CU(c, "cuStreamGetCtx", cu.StreamGetCtx(stream, &ctx));
+  CUcontext current = NULL;
+  JM_CU(c, "cuStreamGetCtx", cu.StreamGetCtx(stream, &scope->ctx));
   JM_CU(c, "cuCtxGetCurrent", cu.CtxGetCurrent(&current));
-  int pushed = current != ctx;
-  if (pushed) JM_CU(c, "cuCtxPushCurrent", cu.CtxPushCurrent(ctx));
+  if (current != scope->ctx) {
+    JM_CU(c, "cuCtxPushCurrent", cu.CtxPushCurrent(scope->ctx));
+    scope->pushed = 1;
+  }
+  return NULL;
+}
 
+XLA_FFI_Error *jm_cuda_leave(jm_call *c, jm_cuda_scope *scope,
+                             XLA_FFI_Error *err) {
+  if (scope->pushed) {
+    CUcontext popped;
+    CUresult rc = cu.CtxPopCurrent(&popped);
+    scope->pushed = 0;
+    if (rc != JM_CUDA_SUCCESS && !err) err = cu_failure(c, "cuCtxPopCurrent", rc);
+  }
+  return err;
+}
+
+XLA_FFI_Error *jm_cuda_run(jm_call *c, const jm_op_desc *desc) {
+  jm_cuda_scope scope;
+  XLA_FFI_Error *err = jm_cuda_enter(c, &scope);
+  if (err) return jm_cuda_leave(c, &scope, err);
+  CUstream stream = (CUstream)c->stream;
   if (jm_cuda_aware() && !needs_host(c, desc)) {
     CUresult rc = cu.StreamSynchronize(stream);
     if (rc != JM_CUDA_SUCCESS) {
@@ -477,15 +505,9 @@ XLA_FFI_Error *jm_cuda_run(jm_call *c, const jm_op_desc *desc) {
       err = desc->run(c);
     }
   } else {
-    err = run_staged(c, desc, stream, ctx);
+    err = run_staged(c, desc, stream, scope.ctx);
   }
-
-  if (pushed) {
-    CUcontext popped;
-    CUresult rc = cu.CtxPopCurrent(&popped);
-    if (rc != JM_CUDA_SUCCESS && !err) err = cu_failure(c, "cuCtxPopCurrent", rc);
-  }
-  return err;
+  return jm_cuda_leave(c, &scope, err);
 }
 
 XLA_FFI_Error *jm_cuda_copy(jm_call *c, void *dst, const void *src,
@@ -519,5 +541,291 @@ XLA_FFI_Error *jm_zero(jm_call *c, void *dst, size_t bytes) {
   if (!bytes) return NULL;
   if (c->on_device) return jm_cuda_zero(c, dst, bytes);
   memset(dst, 0, bytes);
+  return NULL;
+}
+
+/* ---- non-blocking starts and waits ----------------------------------------
+ * A start's staging lives as long as its request: one pinned buffer holding
+ * every distinct device buffer the start touches (256-byte aligned pieces),
+ * filled on jaxmpi's own copy stream of the context, after an event recorded
+ * on XLA's stream (the inputs are ready), and copied back on that stream at
+ * the wait, with XLA's stream made to wait for the copies' event. */
+
+/* jaxmpi's copy stream of each context (never destroyed: it lives as long
+ * as the process, as the staging cache does). */
+#define JM_CONTEXTS 16
+static struct {
+  CUcontext ctx;
+  CUstream stream;
+} copy_streams[JM_CONTEXTS];
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static XLA_FFI_Error *copy_stream(jm_call *c, CUcontext ctx, CUstream *out) {
+  XLA_FFI_Error *err = NULL;
+  pthread_mutex_lock(&streams_lock);
+  int k = 0;
+  while (k < JM_CONTEXTS && copy_streams[k].ctx && copy_streams[k].ctx != ctx)
+    k++;
+  if (k == JM_CONTEXTS) {
+    err = jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                   "rank %d: GPU arrays in more than %d CUDA contexts",
+                   c->rank, JM_CONTEXTS);
+  } else if (!copy_streams[k].ctx) {
+    CUstream s = NULL;
+    CUresult rc = cu.StreamCreate(&s, JM_CU_STREAM_NON_BLOCKING);
+    if (rc != JM_CUDA_SUCCESS) {
+      err = cu_failure(c, "cuStreamCreate (jaxmpi's copy stream)", rc);
+    } else {
+      copy_streams[k].ctx = ctx;
+      copy_streams[k].stream = s;
+    }
+  }
+  if (!err) *out = copy_streams[k].stream;
+  pthread_mutex_unlock(&streams_lock);
+  return err;
+}
+
+#define JM_PIECE 256 /* alignment of each buffer's piece of the staging */
+
+struct jm_cuda_stage {
+  slot *s;            /* the pinned buffer (NULL: nothing staged) */
+  CUstream copy;      /* jaxmpi's stream that fills and empties it */
+  CUcontext ctx;
+  int aware;          /* device pointers went to MPI: nothing staged */
+  int n;              /* distinct device buffers with data */
+  struct {
+    void *dev;
+    size_t off, bytes;
+  } u[2 * JM_MAX_BUFFERS];
+  void *handle_dev;   /* the start's result 0 */
+  float handle;       /* what the body wrote there (on the host) */
+};
+
+static int stage_use(jm_cuda_stage *st, void *dev, size_t bytes, int *read,
+                     int is_read) {
+  int k = 0;
+  while (k < st->n && st->u[k].dev != dev) k++;
+  if (k == st->n) {
+    st->u[k].dev = dev;
+    st->u[k].bytes = 0;
+    read[k] = 0;
+    st->n++;
+  }
+  if (bytes > st->u[k].bytes) st->u[k].bytes = bytes;
+  read[k] |= is_read;
+  return k;
+}
+
+void jm_cuda_stage_free(jm_cuda_stage *st, int abandon_it) {
+  if (!st) return;
+  if (st->s) {
+    if (abandon_it)
+      abandon(st->s);
+    else
+      release(st->s);
+  }
+  free(st);
+}
+
+XLA_FFI_Error *jm_cuda_stage_start(jm_call *c, const jm_op_desc *desc,
+                                   const jm_cuda_scope *scope,
+                                   jm_cuda_stage **out) {
+  *out = NULL;
+  JM_EXPECT(c, c->nrets >= 1 && c->ret[0].count == 1 &&
+                   c->ret[0].dtype == XLA_FFI_DataType_F32,
+            "result 0 must be the request's handle (a float32 scalar)");
+  jm_cuda_stage *st = calloc(1, sizeof *st);
+  if (!st)
+    return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
+                    "out of memory for a request's staging");
+  CUstream stream = (CUstream)c->stream;
+  st->ctx = scope->ctx;
+  st->handle_dev = c->ret[0].data;
+
+  if (jm_cuda_aware() && !needs_host(c, desc)) {
+    /* MPI reads and writes the device buffers from now until the wait:
+     * everything XLA enqueued before the start must be done (where there
+     * is any data: not for a barrier). */
+    int data = 0;
+    for (int i = 0; i < c->nargs; i++) data |= c->arg[i].count > 0;
+    for (int j = 1; j < c->nrets; j++) data |= c->ret[j].count > 0;
+    CUresult rc = data ? cu.StreamSynchronize(stream) : JM_CUDA_SUCCESS;
+    if (rc != JM_CUDA_SUCCESS) {
+      free(st);
+      return cu_failure(c, "cuStreamSynchronize (before the MPI call)", rc);
+    }
+    st->aware = 1;
+    c->on_device = 1;
+    c->ret[0].data = &st->handle; /* the body writes the handle there */
+    *out = st;
+    return NULL;
+  }
+
+  int read[2 * JM_MAX_BUFFERS];
+  int arg_use[JM_MAX_BUFFERS], ret_use[JM_MAX_BUFFERS];
+  for (int i = 0; i < c->nargs; i++) {
+    jm_buffer *b = &c->arg[i];
+    int is_template = i < 32 && (desc->templates >> i) & 1u;
+    arg_use[i] = b->count ? stage_use(st, b->data, nbytes(b), read,
+                                      !is_template)
+                          : -1;
+  }
+  ret_use[0] = -1;
+  for (int j = 1; j < c->nrets; j++) {
+    jm_buffer *b = &c->ret[j];
+    ret_use[j] = b->count ? stage_use(st, b->data, nbytes(b), read, 0) : -1;
+  }
+  size_t total = 0;
+  for (int k = 0; k < st->n; k++) {
+    st->u[k].off = total;
+    total += (st->u[k].bytes + JM_PIECE - 1) / JM_PIECE * JM_PIECE;
+  }
+
+  if (st->n) {
+    XLA_FFI_Error *err = copy_stream(c, st->ctx, &st->copy);
+    if (!err) err = acquire(c, total, &st->s);
+    if (err) {
+      free(st);
+      return err;
+    }
+    /* The copy stream starts where XLA's stream is now: the inputs are
+     * written, and so is anything XLA wrote into the receive buffers
+     * before (the copies back at the wait come after it). */
+    const char *fn = "cuEventRecord (the inputs ready)";
+    CUresult rc = mark_pending(st->s, stream, st->ctx);
+    if (rc == JM_CUDA_SUCCESS) {
+      fn = "cuStreamWaitEvent (jaxmpi's copy stream)";
+      rc = cu.StreamWaitEvent(st->copy, st->s->ev, 0);
+    }
+    double t0 = jm_log_start();
+    size_t moved = 0;
+    for (int k = 0; k < st->n && rc == JM_CUDA_SUCCESS; k++) {
+      if (!read[k]) continue;
+      fn = "cuMemcpyDtoHAsync (staging the input)";
+      rc = cu.MemcpyDtoHAsync((char *)st->s->host + st->u[k].off,
+                              (CUdeviceptr)(uintptr_t)st->u[k].dev,
+                              st->u[k].bytes, st->copy);
+      moved += st->u[k].bytes;
+    }
+    /* MPI reads the staging from the post on: the copies must be done.
+     * Nothing to read (a receive): the post need not wait for the GPU. */
+    if (rc == JM_CUDA_SUCCESS && moved) {
+      fn = "cuStreamSynchronize (jaxmpi's copy stream, before the MPI call)";
+      rc = cu.StreamSynchronize(st->copy);
+    }
+    if (rc != JM_CUDA_SUCCESS) {
+      /* Copies into the staging may still be pending: never reuse it. */
+      int safe = cu.StreamSynchronize(st->copy) == JM_CUDA_SUCCESS &&
+                 settle(st->s) == JM_CUDA_SUCCESS;
+      jm_cuda_stage_free(st, !safe);
+      return cu_failure(c, fn, rc);
+    }
+    if (jm_cfg.debug && moved)
+      jm_log(c, "CUDA device->host (jaxmpi's stream) + its sync", NULL, 0,
+             (int64_t)moved, XLA_FFI_DataType_U8, t0);
+  }
+
+  for (int i = 0; i < c->nargs; i++)
+    c->arg[i].data = arg_use[i] < 0 ? zero_size
+                                    : (char *)st->s->host +
+                                          st->u[arg_use[i]].off;
+  for (int j = 1; j < c->nrets; j++)
+    c->ret[j].data = ret_use[j] < 0 ? zero_size
+                                    : (char *)st->s->host +
+                                          st->u[ret_use[j]].off;
+  c->ret[0].data = &st->handle;
+  *out = st;
+  return NULL;
+}
+
+void *jm_cuda_stage_device(const jm_cuda_stage *st, const void *host) {
+  if (!host || st->aware) return (void *)host;
+  for (int k = 0; k < st->n; k++)
+    if (host == (const char *)st->s->host + st->u[k].off) return st->u[k].dev;
+  return NULL; /* an empty buffer's placeholder */
+}
+
+void *jm_cuda_stage_handle(const jm_cuda_stage *st) { return st->handle_dev; }
+
+XLA_FFI_Error *jm_cuda_stage_posted(jm_call *c, jm_cuda_stage *st) {
+  unsigned int bits;
+  memcpy(&bits, &st->handle, sizeof bits);
+  JM_CU(c, "cuMemsetD32Async (the request's handle)",
+        cu.MemsetD32Async((CUdeviceptr)(uintptr_t)st->handle_dev, bits, 1,
+                          (CUstream)c->stream));
+  return NULL;
+}
+
+XLA_FFI_Error *jm_cuda_read_f32(jm_call *c, const void *dev, float *out) {
+  slot *s;
+  XLA_FFI_Error *err = acquire(c, sizeof *out, &s);
+  if (err) return err;
+  CUstream stream = (CUstream)c->stream;
+  const char *fn = "cuMemcpyDtoHAsync (the request's handle)";
+  CUresult rc = cu.MemcpyDtoHAsync(s->host, (CUdeviceptr)(uintptr_t)dev,
+                                   sizeof *out, stream);
+  if (rc == JM_CUDA_SUCCESS) {
+    fn = "cuStreamSynchronize (reading the request's handle)";
+    rc = cu.StreamSynchronize(stream);
+  }
+  if (rc != JM_CUDA_SUCCESS) {
+    /* The copy into the buffer may still come: never reuse it. */
+    if (cu.StreamSynchronize(stream) == JM_CUDA_SUCCESS)
+      release(s);
+    else
+      abandon(s);
+    return cu_failure(c, fn, rc);
+  }
+  memcpy(out, s->host, sizeof *out);
+  release(s);
+  return NULL;
+}
+
+XLA_FFI_Error *jm_cuda_stage_finish(jm_call *c, jm_cuda_stage *st,
+                                    void *const *results, int nresults) {
+  if (st->aware || !st->s) return NULL;
+  CUcontext ctx = NULL;
+  JM_CU(c, "cuStreamGetCtx", cu.StreamGetCtx((CUstream)c->stream, &ctx));
+  if (ctx != st->ctx)
+    return jm_error(c, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                    "the wait runs in another CUDA context than its start");
+  double t0 = jm_log_start();
+  size_t moved = 0;
+  const char *fn = NULL;
+  CUresult rc = JM_CUDA_SUCCESS;
+  for (int k = 0; k < st->n && rc == JM_CUDA_SUCCESS; k++) {
+    /* Only the wait's results: what MPI wrote (a send buffer comes back
+     * unchanged, so it is not copied). */
+    int wanted = 0;
+    for (int i = 0; i < nresults && !wanted; i++)
+      wanted = results[i] == st->u[k].dev;
+    if (!wanted) continue;
+    fn = "cuMemcpyHtoDAsync (the result, on jaxmpi's copy stream)";
+    rc = cu.MemcpyHtoDAsync((CUdeviceptr)(uintptr_t)st->u[k].dev,
+                            (char *)st->s->host + st->u[k].off,
+                            st->u[k].bytes, st->copy);
+    moved += st->u[k].bytes;
+  }
+  if (rc == JM_CUDA_SUCCESS && moved) {
+    /* XLA's later work reads the results: its stream waits for the copies
+     * (the event also keeps the staging from reuse until they are done). */
+    fn = "cuEventRecord (after the result's copy)";
+    rc = mark_pending(st->s, st->copy, st->ctx);
+    if (rc == JM_CUDA_SUCCESS) {
+      fn = "cuStreamWaitEvent (XLA's stream on the result's copy)";
+      rc = cu.StreamWaitEvent((CUstream)c->stream, st->s->ev, 0);
+    }
+  }
+  if (rc != JM_CUDA_SUCCESS) {
+    if (cu.StreamSynchronize(st->copy) != JM_CUDA_SUCCESS ||
+        settle(st->s) != JM_CUDA_SUCCESS) {
+      abandon(st->s); /* a copy from it may still run */
+      st->s = NULL;
+    }
+    return cu_failure(c, fn, rc);
+  }
+  if (jm_cfg.debug && moved)
+    jm_log(c, "CUDA host->device (jaxmpi's stream, XLA's waits)", NULL, 0,
+           (int64_t)moved, XLA_FFI_DataType_U8, t0);
   return NULL;
 }

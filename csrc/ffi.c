@@ -140,7 +140,10 @@ int jm_captured(XLA_FFI_Error *err, char *out, size_t len) {
 XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
                         ...) {
   char msg[1536];
-  int n = snprintf(msg, sizeof msg, "jaxmpi.%s: ", c->opname);
+  int n = c->position >= 0 && c->ndevices > 0
+              ? snprintf(msg, sizeof msg, "jaxmpi.%s (device position %d of %d): ",
+                         c->opname, c->position, c->ndevices)
+              : snprintf(msg, sizeof msg, "jaxmpi.%s: ", c->opname);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
@@ -320,13 +323,14 @@ int jm_answer_metadata_query(XLA_FFI_CallFrame *frame) {
   return 0;
 }
 
-static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int64_t size,
-                                     const int *types, void **items,
-                                     jm_buffer *out, int *decoded,
-                                     const char *what) {
+/* `extra`: one more buffer follows the op's own (a device's position). */
+static XLA_FFI_Error *decode_buffers(jm_call *c, int n, int extra,
+                                     int64_t size, const int *types,
+                                     void **items, jm_buffer *out,
+                                     int *decoded, const char *what) {
   int k = 0;
   const int variadic = n == JM_VARIADIC;
-  if (variadic) n = JM_MAX_BUFFERS;
+  n = (variadic ? JM_MAX_BUFFERS : n) + extra;
   for (int64_t i = 0; i < size; i++) {
     XLA_FFI_Buffer *b = items[i];
     if (types[i] != 1 /* BUFFER */)
@@ -446,14 +450,17 @@ static int find_attr(const XLA_FFI_ByteSpan *name) {
   return -1;
 }
 
+/* The scalar attributes into c; the array ones (but row counts) into
+ * arrays[], decoded once the device's position is known (jm_decode). */
 static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
-                                   unsigned wanted) {
+                                   unsigned wanted,
+                                   const XLA_FFI_Array *arrays[JM_NATTRS]) {
   uint64_t raw[JM_NATTRS] = {0};
   unsigned seen = 0;
   for (int64_t i = 0; i < attrs->size; i++) {
     const XLA_FFI_ByteSpan *name = attrs->names[i];
     int a = find_attr(name);
-    if (a < 0 || !((wanted | JM_A(site)) & (1u << a)))
+    if (a < 0 || !((wanted | JM_A(site) | JM_DEVICE_ATTRS) & (1u << a)))
       return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
                       "unexpected attribute '%.*s'", (int)name->len, name->ptr);
     seen |= 1u << a;
@@ -466,12 +473,12 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
                        : a == JM_ATTR_sendcounts ? JM_ROWS_SEND
                        : a == JM_ATTR_recvcounts ? JM_ROWS_RECV
                                                  : -1;
-      XLA_FFI_Error *err =
-          rows >= 0 ? decode_rows(c, a, attrs->attrs[i], rows)
-          : a == JM_ATTR_sources
-              ? decode_array(c, a, attrs->attrs[i], c->sources, &c->nsources)
-              : decode_array(c, a, attrs->attrs[i], c->dests, &c->ndests);
-      if (err) return err;
+      if (rows >= 0) {
+        XLA_FFI_Error *err = decode_rows(c, a, attrs->attrs[i], rows);
+        if (err) return err;
+      } else {
+        arrays[a] = attrs->attrs[i];
+      }
       continue;
     }
     const XLA_FFI_Scalar *s = attrs->attrs[i];
@@ -481,7 +488,7 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
                       "attribute '%s' must be an int64 scalar", attr_names[a]);
     memcpy(&raw[a], s->value, sizeof raw[a]);
   }
-  if ((seen & ~JM_A(site)) != wanted) {
+  if ((seen & ~(JM_A(site) | JM_DEVICE_ATTRS)) != wanted) {
     for (int a = 0; a < JM_NATTRS; a++)
       if ((wanted & ~seen) & (1u << a))
         return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
@@ -497,26 +504,131 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
   c->recvtag = (int)(int64_t)raw[JM_ATTR_recvtag];
   c->status = (jm_Status *)(uintptr_t)raw[JM_ATTR_status];
   c->site = (int64_t)raw[JM_ATTR_site];
+  c->ndevices = (int)(int64_t)raw[JM_ATTR_devices];
+  if ((seen & JM_DEVICE_ATTRS) && ((seen & JM_DEVICE_ATTRS) != JM_DEVICE_ATTRS ||
+                                   c->ndevices < 1 ||
+                                   c->ndevices > JM_MAX_DEVICES))
+    return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                    "attributes 'devices' (1 to %d, got %d) and 'comms' go "
+                    "together",
+                    JM_MAX_DEVICES, c->ndevices);
+  return NULL;
+}
+
+static int64_t array_item(const XLA_FFI_Array *arr, size_t i) {
+  int64_t v;
+  memcpy(&v, (const char *)arr->data + i * sizeof v, sizeof v);
+  return v;
+}
+
+/* A call of a program over several devices: its position (the last data
+ * argument, taken off the arguments), its communicator, and for an exchange
+ * over positions (comms of devices x devices) each pair's peer process and
+ * communicators from row `position` of sources/dests, whose items are
+ * endpoint ranks (process * devices + position) or MPI_PROC_NULL. */
+static XLA_FFI_Error *decode_position(jm_call *c,
+                                      const XLA_FFI_Array *arrays[JM_NATTRS]) {
+  const int n = c->ndevices;
+  const XLA_FFI_Array *comms = arrays[JM_ATTR_comms];
+  if (c->nargs < 1 || c->arg[c->nargs - 1].count != 1 ||
+      c->arg[c->nargs - 1].dtype != XLA_FFI_DataType_S32)
+    return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                    "a call over %d devices takes its position as its last "
+                    "argument, an int32 scalar",
+                    n);
+  jm_buffer *pos = &c->arg[--c->nargs];
+  int32_t p;
+  memcpy(&p, pos->data, sizeof p); /* host memory: XLA:CPU's handlers */
+  memset(pos, 0, sizeof *pos);
+  if (p < 0 || p >= n)
+    return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                    "device position %d is not in 0 to %d", (int)p, n - 1);
+  c->position = p;
+  const int matrix = comms->size == (size_t)n * (size_t)n && n > 1;
+  if (comms->dtype != XLA_FFI_DataType_S64 ||
+      (comms->size != (size_t)n && !matrix))
+    return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                    "attribute 'comms' must hold %d or %d int64 handles",
+                    n, n * n);
+  c->comm = JM_HANDLE(jm_Comm, (uint64_t)array_item(
+                                   comms, matrix ? (size_t)p * n + p : (size_t)p));
+  if (!matrix) return NULL;
+  /* Endpoint rows: pair i of this position sends to dests[p][i] and receives
+   * from sources[p][i]. */
+  c->paired = 1;
+  for (int k = 0; k < 2; k++) {
+    const XLA_FFI_Array *arr = arrays[k ? JM_ATTR_dests : JM_ATTR_sources];
+    if (!arr) continue;
+    if (arr->dtype != XLA_FFI_DataType_S64 || arr->size % (size_t)n ||
+        arr->size / (size_t)n > JM_MAX_BUFFERS)
+      return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                      "attribute '%s' must hold %d rows of at most %d "
+                      "endpoint ranks",
+                      k ? "dests" : "sources", n, JM_MAX_BUFFERS);
+    const int m = (int)(arr->size / (size_t)n);
+    int *peer = k ? c->dests : c->sources;
+    jm_Comm *via = k ? c->sendcomm : c->recvcomm;
+    for (int i = 0; i < m; i++) {
+      const int64_t e = array_item(arr, (size_t)p * m + i);
+      if (e == jm_const.proc_null) {
+        peer[i] = jm_const.proc_null;
+        via[i] = c->comm;
+        continue;
+      }
+      if (e < 0 || e / n > INT_MAX)
+        return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "%s[%d][%d]=%lld is not an endpoint rank",
+                        k ? "dests" : "sources", (int)p, i, (long long)e);
+      const int q = (int)(e % n);
+      /* k -> j: sends of this position p to q use pair (p, q); receives
+       * from position q use pair (q, p). */
+      const int64_t h = array_item(comms, k ? (size_t)p * n + q
+                                            : (size_t)q * n + p);
+      if (!h)
+        return jm_error(c, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "no communicator for messages from position %d to %d",
+                        k ? (int)p : q, k ? q : (int)p);
+      peer[i] = (int)(e / n);
+      via[i] = JM_HANDLE(jm_Comm, (uint64_t)h);
+    }
+    *(k ? &c->ndests : &c->nsources) = m;
+  }
   return NULL;
 }
 
 XLA_FFI_Error *jm_decode(XLA_FFI_CallFrame *frame, const jm_op_desc *desc,
-                         jm_call *c) {
-  memset(c, 0, sizeof *c);
+                         jm_call *c, int on_gpu) {
+  memset(c, 0, JM_CALL_HEAD);
   c->opname = desc->name;
   c->frame = frame;
   c->api = frame->api;
   c->attrs = desc->attrs;
   XLA_FFI_Error *err;
-  if ((err = decode_buffers(c, desc->nargs, frame->args.size,
+  c->position = -1;
+  const XLA_FFI_Array *arrays[JM_NATTRS] = {0};
+  if ((err = decode_attrs(c, &frame->attrs, desc->attrs, arrays))) return err;
+  /* Over several devices the position is one more argument (the last). */
+  if ((err = decode_buffers(c, desc->nargs, c->ndevices > 0, frame->args.size,
                             (const int *)frame->args.types, frame->args.args,
                             c->arg, &c->nargs, "argument")))
     return err;
-  if ((err = decode_buffers(c, desc->nrets, frame->rets.size,
+  if ((err = decode_buffers(c, desc->nrets, 0, frame->rets.size,
                             (const int *)frame->rets.types, frame->rets.rets,
                             c->ret, &c->nrets, "result")))
     return err;
-  if ((err = decode_attrs(c, &frame->attrs, desc->attrs))) return err;
+  if (c->ndevices && on_gpu)
+    /* The position would have to be copied from GPU memory first. */
+    return jm_error(c, XLA_FFI_Error_Code_UNIMPLEMENTED,
+                    "several GPUs per process are not supported yet: start "
+                    "one process per GPU");
+  if (c->ndevices && (err = decode_position(c, arrays))) return err;
+  for (int k = 0; k < 2 && !c->paired; k++) {
+    const XLA_FFI_Array *arr = arrays[k ? JM_ATTR_dests : JM_ATTR_sources];
+    if (arr && (err = decode_array(c, k ? JM_ATTR_dests : JM_ATTR_sources, arr,
+                                   k ? c->dests : c->sources,
+                                   k ? &c->ndests : &c->nsources)))
+      return err;
+  }
   int rc = jm_mpi.Comm_rank(c->comm, &c->rank);
   if (rc == 0) rc = jm_mpi.Comm_size(c->comm, &c->size);
   if (rc != 0) return jm_mpi_failure(c, "MPI_Comm_rank", NULL, 0, rc);

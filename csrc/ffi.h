@@ -4,6 +4,7 @@
 #ifndef JAXMPI_FFI_H
 #define JAXMPI_FFI_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -37,13 +38,11 @@ typedef struct jm_call {
   const char *opname;
   XLA_FFI_CallFrame *frame; /* NULL in a request's copy (request.c) */
   const XLA_FFI_Api *api;   /* XLA's API table: outlives the call */
-  jm_buffer arg[JM_MAX_BUFFERS], ret[JM_MAX_BUFFERS];
   int nargs, nrets; /* data buffers decoded */
   jm_Comm comm;
   jm_Op op;
   int root, source, dest, tag, sendtag, recvtag;
   int nsources, ndests; /* array attributes */
-  int sources[JM_MAX_BUFFERS], dests[JM_MAX_BUFFERS];
   jm_Status *status; /* caller's MPI.Status, or NULL */
   /* Row counts per rank (the counts, sendcounts and recvcounts attributes):
    * int64 arrays inside the call frame, valid during the call, one item
@@ -56,10 +55,35 @@ typedef struct jm_call {
   int64_t callno;  /* jaxmpi calls this process has executed, this one included */
   int64_t site;    /* id of the Python line of the call (0: unknown) */
   int on_device;   /* data pointers are GPU memory (CUDA-aware MPI mode) */
+  /* A call of a program over several devices per process (ops.h,
+   * JM_DEVICE_ATTRS): this device's position in the mesh (-1: one device)
+   * and the number of positions. With `paired`, pair i of an exchange
+   * sends on sendcomm[i] and receives on recvcomm[i] (the communicators of
+   * its position pairs) instead of comm. */
+  int position, ndevices, paired;
   void *stream;    /* XLA's CUDA stream of this call (GPU handlers only) */
+  void *req;       /* a start's request once made (request.c) */
+  /* The arrays: only the entries decoded are set (nargs, nrets, nsources,
+   * ndests; the pairs' communicators where `paired`). jm_decode zeroes the
+   * fields above only: zeroing these 3.8 KB too was about a tenth of a
+   * 4-byte allreduce's instructions in the core. */
+  jm_buffer arg[JM_MAX_BUFFERS + 1], ret[JM_MAX_BUFFERS]; /* + position */
+  int sources[JM_MAX_BUFFERS], dests[JM_MAX_BUFFERS];
+  jm_Comm sendcomm[JM_MAX_BUFFERS], recvcomm[JM_MAX_BUFFERS];
 } jm_call;
 
+/* The fields of a jm_call that are zeroed before decoding. */
+#define JM_CALL_HEAD offsetof(jm_call, arg)
+
 enum { JM_ROWS_COUNTS, JM_ROWS_SEND, JM_ROWS_RECV };
+
+/* The communicators pair i of an exchange sends and receives on. */
+static inline jm_Comm jm_send_comm(const jm_call *c, int i) {
+  return c->paired ? c->sendcomm[i] : c->comm;
+}
+static inline jm_Comm jm_recv_comm(const jm_call *c, int i) {
+  return c->paired ? c->recvcomm[i] : c->comm;
+}
 
 /* Item i of row-count array k (JM_ROWS_*) of a call. */
 static inline int64_t jm_rows(const jm_call *c, int k, int i) {
@@ -85,9 +109,11 @@ typedef struct jm_op_desc {
 } jm_op_desc;
 
 /* Fill *c from the frame: buffers (skipping the token), attributes, the
- * rank and size of the communicator. c->callno is the caller's. */
+ * device's position and communicator where the program runs over several
+ * devices, the rank and size of the communicator. c->callno is the
+ * caller's. on_gpu: the frame's buffers are GPU memory. */
 XLA_FFI_Error *jm_decode(XLA_FFI_CallFrame *frame, const jm_op_desc *desc,
-                         jm_call *c);
+                         jm_call *c, int on_gpu);
 
 XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
                         ...) __attribute__((format(printf, 3, 4)));

@@ -10,18 +10,27 @@
 #include "cuda_staging.h"
 #include "ffi.h"
 #include "handlers.h"
+#include "request.h"
 
 /* jaxmpi calls executed by this process (named in watchdog reports). */
 static _Atomic int64_t calls_made;
 
+/* How a decoded call runs: on the host, or for GPU buffers (a blocking
+ * op's body staged, or a start's). */
+typedef XLA_FFI_Error *jm_runner(jm_call *c, const jm_op_desc *desc);
+
+static XLA_FFI_Error *run_host(jm_call *c, const jm_op_desc *desc) {
+  return desc->run(c);
+}
+
 static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
-                               const jm_op_desc *desc, int cuda) {
+                               const jm_op_desc *desc, jm_runner *run) {
   if (jm_answer_metadata_query(frame)) return NULL;
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   jm_call c;
   const int64_t callno =
       atomic_fetch_add_explicit(&calls_made, 1, memory_order_relaxed) + 1;
-  XLA_FFI_Error *err = jm_decode(frame, desc, &c);
+  XLA_FFI_Error *err = jm_decode(frame, desc, &c, run != run_host);
   c.callno = callno;
   if (err) return err;
   double t0 = 0.0;
@@ -36,18 +45,23 @@ static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
       !(desc->attrs &
         (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))))
     err = jm_check_collective(&c, desc, mode);
-  if (!err) err = cuda ? jm_cuda_run(&c, desc) : desc->run(&c);
+  if (!err) err = run(&c, desc);
   if (jm_cfg.debug) jm_log_call(&c, err, t0, 0);
   return err;
 }
 
 XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
-  return dispatch(frame, desc, 0);
+  return dispatch(frame, desc, run_host);
 }
 
 XLA_FFI_Error *jm_dispatch_cuda(XLA_FFI_CallFrame *frame,
                                 const jm_op_desc *desc) {
-  return dispatch(frame, desc, 1);
+  return dispatch(frame, desc, jm_cuda_run);
+}
+
+XLA_FFI_Error *jm_dispatch_cuda_start(XLA_FFI_CallFrame *frame,
+                                      const jm_op_desc *desc) {
+  return dispatch(frame, desc, jm_cuda_istart);
 }
 
 /* ---- exported handlers -------------------------------------------------- */
@@ -68,17 +82,21 @@ XLA_FFI_Error *jm_dispatch_cuda(XLA_FFI_CallFrame *frame,
 JM_OPS(JM_DEFINE_HANDLER)
 #undef JM_DEFINE_HANDLER
 
-/* Non-blocking starts: XLA:CPU only (the GPU path stages through host
- * buffers that a request would outlive). */
-#define JM_DEFINE_CPU_HANDLER(name, nargs, nrets, templates, attrs)            \
+/* Non-blocking starts, likewise two each: the CUDA one stages into pinned
+ * memory that the request owns until its wait (request.c). */
+#define JM_DEFINE_START_HANDLER(name, nargs, nrets, templates, attrs)          \
   static const jm_op_desc jm_desc_##name = {                                  \
       JM_OP_##name, #name, nargs, nrets, templates, attrs, jm_run_##name};    \
   __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
       XLA_FFI_CallFrame *frame) {                                              \
     return jm_dispatch(frame, &jm_desc_##name);                                \
+  }                                                                            \
+  __attribute__((visibility("default"))) XLA_FFI_Error                         \
+      *jaxmpi_ffi_##name##_cuda(XLA_FFI_CallFrame *frame) {                    \
+    return jm_dispatch_cuda_start(frame, &jm_desc_##name);                     \
   }
-JM_IOPS(JM_DEFINE_CPU_HANDLER)
-#undef JM_DEFINE_CPU_HANDLER
+JM_IOPS(JM_DEFINE_START_HANDLER)
+#undef JM_DEFINE_START_HANDLER
 
 /* ---- eager calls ---------------------------------------------------------- */
 

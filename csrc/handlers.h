@@ -11,5 +11,8 @@ XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc);
  * handler is this (cuda_staging.c moves the data). */
 XLA_FFI_Error *jm_dispatch_cuda(XLA_FFI_CallFrame *frame,
                                 const jm_op_desc *desc);
+/* A non-blocking start's CUDA handler (request.c stages its buffers). */
+XLA_FFI_Error *jm_dispatch_cuda_start(XLA_FFI_CallFrame *frame,
+                                      const jm_op_desc *desc);
 
 #endif

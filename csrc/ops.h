@@ -12,13 +12,23 @@
 /* Attributes a handler may receive, all int64: X(name, SCALAR or ARRAY).
  * `site` (the Python line of the call, an id of jm_site_register) is
  * optional on every op; the op's row lists the others it requires.
+ * `devices` and `comms` are optional on every op too (JM_DEVICE_ATTRS): a
+ * call compiled for `devices` devices per process (inside shard_map) takes
+ * its device's position in the mesh as its last data argument (an int32
+ * scalar) and runs on comms[position] (`devices` items: one duplicate of
+ * the communicator per position) or comms[position * devices + position]
+ * (devices x devices: pair k -> j's communicator at k * devices + j; the
+ * exchanges' sources/dests then hold `devices` rows of endpoint ranks,
+ * process rank * devices + position).
  * `counts`, `sendcounts` and `recvcounts` hold one row count per rank of
  * the communicator (rows along axis 0; checked against its size). */
 #define JM_ATTRS(X)                                                            \
   X(comm, SCALAR)                                                              \
+  X(comms, ARRAY)                                                              \
   X(counts, ARRAY)                                                             \
   X(dest, SCALAR)                                                              \
   X(dests, ARRAY)                                                              \
+  X(devices, SCALAR)                                                           \
   X(op, SCALAR)                                                                \
   X(recvcounts, ARRAY)                                                         \
   X(recvtag, SCALAR)                                                           \
@@ -36,6 +46,10 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
 #undef JM_ATTR_ENUM
 #define JM_A(name) (1u << JM_ATTR_##name)
 #define JM_VARIADIC (-1)
+/* Optional on every op: a call of a program over several devices. */
+#define JM_DEVICE_ATTRS (JM_A(devices) | JM_A(comms))
+/* Positions of a mesh a call may run on: comms holds at most its square. */
+#define JM_MAX_DEVICES 64
 
 #define JM_OPS(X)                                                              \
   X(allreduce, 1, 1, 0, JM_A(comm) | JM_A(op))                                 \
@@ -74,7 +88,8 @@ enum { JM_ATTRS(JM_ATTR_ENUM) JM_NATTRS };
   X(reduce_scatter, 1, 1, 0, JM_A(comm) | JM_A(op) | JM_A(counts))             \
   X(exscan, 1, 1, 0, JM_A(comm) | JM_A(op))
 
-/* Non-blocking starts (request.c), XLA:CPU only. Result 0 is the request's
+/* Non-blocking starts (request.c), XLA:CPU and XLA:GPU (the CUDA handler
+ * stages through pinned memory the request owns). Result 0 is the request's
  * handle (a float32 scalar, see request.h); the other results are the
  * buffers the request uses (sends from, receives into), each aliased to the
  * argument it replaces. The wait

@@ -212,9 +212,11 @@ XLA_FFI_Error *jm_run_neighbor_exchange(jm_call *c) {
     const int tag = c->tag + (l.recv ? k : k - n);
     double t0 = jm_log_start();
     int rc = l.recv ? jm_Irecv(l.buf->data, l.buf->count, l.buf->elsize,
-                               l.buf->mpi, l.peer, tag, c->comm, &reqs[k])
+                               l.buf->mpi, l.peer, tag, jm_recv_comm(c, k),
+                               &reqs[k])
                     : jm_Isend(l.buf->data, l.buf->count, l.buf->elsize,
-                               l.buf->mpi, l.peer, tag, c->comm, &reqs[k]);
+                               l.buf->mpi, l.peer, tag, jm_send_comm(c, k - n),
+                               &reqs[k]);
     if (jm_cfg.debug)
       jm_log(c, l.fn, l.peer_kind, l.peer, l.buf->count, l.buf->dtype, t0);
     if (rc) {
@@ -266,9 +268,9 @@ XLA_FFI_Error *jm_run_neighbor_alltoallv(jm_call *c) {
     const int peer = recv ? c->sources[k] : c->dests[k - nr];
     double t0 = jm_log_start();
     int rc = recv ? jm_Irecv(b->data, b->count, b->elsize, b->mpi, peer,
-                             c->tag, c->comm, &reqs[k])
+                             c->tag, jm_recv_comm(c, k), &reqs[k])
                   : jm_Isend(b->data, b->count, b->elsize, b->mpi, peer,
-                             c->tag, c->comm, &reqs[k]);
+                             c->tag, jm_send_comm(c, k - nr), &reqs[k]);
     if (jm_cfg.debug)
       jm_log(c, recv ? "MPI_Irecv" : "MPI_Isend", recv ? "source" : "dest",
              peer, b->count, b->dtype, t0);

@@ -42,6 +42,9 @@ typedef struct jm_req {
   XLA_FFI_Future *future;    /* a wait pending on this request */
   const XLA_FFI_Api *api;
   double deadline;           /* of the pending wait (0: none) */
+  int on_gpu;                /* started by a CUDA handler: */
+  jm_cuda_stage *gpu;        /* its staging (keep[] holds device pointers) */
+  void *gpu_handle;          /* the device address of its handle result */
 } jm_req;
 
 /* The table: slot pointers, generations and the list of active slots,
@@ -82,6 +85,9 @@ int jaxmpi_requests_in_flight(void) {
  * may still read its counts: they stay allocated (its buffers are XLA's). */
 static void req_free(jm_req *r) {
   if (!(r->rc == JM_ERR_TIMEOUT && r->collective)) free(r->mem);
+  /* After a failure MPI may still read or write the staging (a send left
+   * to complete, a collective's chunks): it is never reused. */
+  jm_cuda_stage_free(r->gpu, r->rc != 0);
   free(r);
 }
 
@@ -301,8 +307,10 @@ static XLA_FFI_Error *begin(jm_call *c, jm_req **out, const char *fn,
   r->call = *c;
   r->call.frame = NULL;
   r->call.stream = NULL;
-  for (int i = 0; i < JM_MAX_BUFFERS; i++) r->call.arg[i].dims = NULL;
-  for (int i = 0; i < JM_MAX_BUFFERS; i++) r->call.ret[i].dims = NULL;
+  for (size_t i = 0; i < sizeof r->call.arg / sizeof *r->call.arg; i++)
+    r->call.arg[i].dims = NULL;
+  for (size_t i = 0; i < sizeof r->call.ret / sizeof *r->call.ret; i++)
+    r->call.ret[i].dims = NULL;
   for (int k = 0; k < 3; k++) {
     r->call.rows[k] = NULL; /* the frame's attributes: see the v-starts */
     r->call.nrows[k] = 0;
@@ -310,11 +318,13 @@ static XLA_FFI_Error *begin(jm_call *c, jm_req **out, const char *fn,
   r->fn = fn;
   r->peer_kind = peer_kind;
   r->peer = peer;
+  c->req = r;
   pthread_mutex_lock(&lock);
   int full = reserve(r);
   pthread_mutex_unlock(&lock);
   if (full) {
     free(r);
+    c->req = NULL;
     return jm_error(c, XLA_FFI_Error_Code_RESOURCE_EXHAUSTED,
                     "%d requests are in flight on rank %d, the most jaxmpi "
                     "allows: wait some before starting more",
@@ -483,8 +493,11 @@ XLA_FFI_Error *jm_run_ibcast(jm_call *c) {
   JM_EXPECT(c, x->dtype == y->dtype && x->count == y->count,
             "result must match the input's shape and dtype");
   if (too_many(x->count)) return too_many_chunks(c, x->count);
-  if (c->rank == c->root && x->data != y->data) /* aliased: never copies */
-    memcpy(y->data, x->data, (size_t)x->count * x->elsize);
+  if (c->rank == c->root && x->data != y->data) { /* aliased: never copies */
+    XLA_FFI_Error *err =
+        jm_copy(c, y->data, x->data, (size_t)x->count * x->elsize);
+    if (err) return err;
+  }
   jm_req *r;
   XLA_FFI_Error *err = begin(c, &r, "MPI_Ibcast", "root", c->root);
   if (err) return err;
@@ -544,7 +557,8 @@ XLA_FFI_Error *jm_run_iscan(jm_call *c) {
 }
 
 /* Rank 0's result, which MPI leaves undefined, is the op's identity,
- * written after the wait (_nonblocking.py), as exscan's lowering does. */
+ * written after the wait (_prims_collectives.py), as exscan's lowering
+ * does. */
 XLA_FFI_Error *jm_run_iexscan(jm_call *c) {
   return reduction(c, "MPI_Iexscan", jm_mpi.Iexscan);
 }
@@ -942,7 +956,7 @@ XLA_FFI_Error *jm_run_ineighbor_exchange(jm_call *c) {
     jm_buffer *y = &c->ret[1 + n + i];
     r->peer = c->sources[i];
     rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, c->sources[i],
-                  c->tag + i, c->comm, &r->reqs[i]);
+                  c->tag + i, jm_recv_comm(c, i), &r->reqs[i]);
     if (!rc) {
       r->recv_ret[i] = 1 + n + i;
       r->nreq = r->nrecv = i + 1;
@@ -955,7 +969,7 @@ XLA_FFI_Error *jm_run_ineighbor_exchange(jm_call *c) {
     jm_buffer *x = &c->ret[1 + i];
     r->peer = c->dests[i];
     rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],
-                  c->tag + i, c->comm, &r->reqs[n + i]);
+                  c->tag + i, jm_send_comm(c, i), &r->reqs[n + i]);
     if (!rc) r->nreq = n + i + 1;
   }
   if (!rc) {
@@ -975,14 +989,41 @@ static jm_call wait_call(const XLA_FFI_Api *api) {
   return c;
 }
 
-/* Complete r in this thread (blocking, through the watchdog), free it. */
+/* Whether a wait was handed the very buffers the request uses. */
+static int same_buffers(const jm_req *r, void *const *bufs, int nbufs) {
+  if (nbufs != r->nkeep) return 0;
+  for (int i = 0; i < nbufs; i++)
+    if (r->keep[i] && bufs[i] != r->keep[i]) return 0;
+  return 1;
+}
+
+static XLA_FFI_Error *moved_error(jm_req *r) {
+  return jm_error(&r->call, XLA_FFI_Error_Code_INTERNAL,
+                  "the wait received other buffers than the request uses (XLA "
+                  "copied one: the request's buffers must reach its wait "
+                  "untouched; please report this with the program)");
+}
+
+static XLA_FFI_Error *no_request(jm_call *wc, float hv, int inflight) {
+  return jm_error(wc, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                  "handle %.0f names no request in flight (a request "
+                  "waited twice, or a handle made outside jaxmpi; %d in "
+                  "flight)",
+                  (double)hv, inflight);
+}
+
+/* Complete r in this thread (blocking, through the watchdog). */
+static void complete_here(jm_req *r) {
+  if (r->complete) return;
+  double t0 = jm_log_start();
+  r->rc = jm_waitall(r->nreq, r->reqs, r->st, r->nrecv);
+  if (jm_cfg.debug) jm_log(&r->call, "MPI_Waitall", NULL, 0, r->nreq, -1, t0);
+  r->complete = 1;
+}
+
+/* Complete r in this thread, free it. */
 static XLA_FFI_Error *finish_here(jm_req *r) {
-  if (!r->complete) {
-    double t0 = jm_log_start();
-    r->rc = jm_waitall(r->nreq, r->reqs, r->st, r->nrecv);
-    if (jm_cfg.debug) jm_log(&r->call, "MPI_Waitall", NULL, 0, r->nreq, -1, t0);
-    r->complete = 1;
-  }
+  complete_here(r);
   XLA_FFI_Error *err = finish(r);
   req_free(r);
   return err;
@@ -1033,18 +1074,23 @@ XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame) {
   if (!r || r->handle != h || r->state != R_POSTED) {
     int n = nactive;
     pthread_mutex_unlock(&lock);
+    return no_request(&wc, hv, n);
+  }
+  if (r->on_gpu) {
+    pthread_mutex_unlock(&lock);
     return jm_error(&wc, XLA_FFI_Error_Code_FAILED_PRECONDITION,
-                    "handle %.0f names no request in flight (a request "
-                    "waited twice, or a handle made outside jaxmpi; %d in "
-                    "flight)",
-                    (double)hv, n);
+                    "a request started on the GPU is waited on the CPU");
   }
   r->state = R_WAITING;
-  int moved = nbufs != r->nkeep;
-  for (int i = 0; !moved && i < nbufs; i++)
-    moved = r->keep[i] && bufs[i] != r->keep[i];
+  int moved = !same_buffers(r, bufs, nbufs);
+  /* Over several devices a wait blocks in its handler: XLA runs the rest of
+   * a program on the thread that completes its future, and with one
+   * completion thread one position's next blocking call would hold up
+   * another position's completion, which a peer may be waiting for
+   * (tests/launch/test_devices.py hung so at 2 x 2 and 3 x 2). Each
+   * device's thread then waits for its own requests only. */
   int async = !moved && !r->complete && atomic_load(&async_on) &&
-              api_has_futures(api);
+              api_has_futures(api) && r->call.ndevices == 0;
   if (async) {
     /* One more test: a request complete by now needs no future. */
     double now = -1;
@@ -1056,12 +1102,8 @@ XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame) {
     pthread_mutex_unlock(&lock);
     if (moved) {
       /* Complete it (MPI must be done with the buffers), then fail. */
-      if (!r->complete) jm_waitall(r->nreq, r->reqs, r->st, r->nrecv);
-      XLA_FFI_Error *err = jm_error(
-          &r->call, XLA_FFI_Error_Code_INTERNAL,
-          "the wait received other buffers than the request uses (XLA "
-          "copied one: the request's buffers must reach its wait untouched; "
-          "please report this with the program)");
+      complete_here(r);
+      XLA_FFI_Error *err = moved_error(r);
       req_free(r);
       return err;
     }
@@ -1095,4 +1137,163 @@ XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame) {
   atomic_store(&kicked, 1);
   pthread_mutex_unlock(&lock);
   return NULL;
+}
+
+/* ---- on the GPU ------------------------------------------------------------
+ * A CUDA start (jm_cuda_istart) stages its buffers (cuda_staging.c: jaxmpi's
+ * copy stream after an event of XLA's stream; synchronised only where the
+ * start reads data), runs the same body as on the CPU on host pointers (or,
+ * CUDA-aware, device pointers), and then writes the handle on XLA's stream.
+ * It blocks XLA's thread only until the data it sends is on the host:
+ * XLA enqueues the program's later kernels after it returns, and they run
+ * while the message travels.
+ *
+ * The CUDA wait finds its request without reading the handle, which lives
+ * in GPU memory behind the kernels enqueued since the start: by the device
+ * addresses of the handle and of the buffers it is handed, which are the
+ * start's results and stay where the start saw them (XLA keeps them alive
+ * and in place until the wait; the CPU path relies on the same and checks
+ * it). Only where that does not name exactly one request (a copied handle)
+ * does it read the handle, synchronising XLA's stream. It then blocks until
+ * MPI completes the request (the kernels already enqueued keep running) and
+ * enqueues the copies back on jaxmpi's stream, XLA's stream waiting for
+ * their event: XLA's thread goes on at once. XLA:GPU runs handlers
+ * synchronously (no futures), so the wait blocks its thread as the CPU
+ * path's blocking wait does. */
+
+XLA_FFI_Error *jm_cuda_istart(jm_call *c, const jm_op_desc *desc) {
+  jm_cuda_scope scope;
+  jm_cuda_stage *st = NULL;
+  XLA_FFI_Error *err = jm_cuda_enter(c, &scope);
+  if (!err) err = jm_cuda_stage_start(c, desc, &scope, &st);
+  if (err) return jm_cuda_leave(c, &scope, err);
+  c->req = NULL;
+  err = desc->run(c);
+  jm_req *r = c->req;
+  if (err) {
+    /* Where a request was made (and freed), MPI may have been handed the
+     * staging (a collective's chunks left pending): never reuse it. */
+    jm_cuda_stage_free(st, r != NULL);
+    return jm_cuda_leave(c, &scope, err);
+  }
+  pthread_mutex_lock(&lock);
+  r->on_gpu = 1;
+  r->gpu = st;
+  r->gpu_handle = jm_cuda_stage_handle(st);
+  for (int i = 0; i < r->nkeep; i++)
+    r->keep[i] = jm_cuda_stage_device(st, r->keep[i]);
+  pthread_mutex_unlock(&lock);
+  err = jm_cuda_leave(c, &scope, jm_cuda_stage_posted(c, st));
+  if (err) {
+    /* No wait will come (the program fails): withdraw the request. The
+     * table first, so that the progress thread no longer tests it. */
+    pthread_mutex_lock(&lock);
+    release(r);
+    pthread_mutex_unlock(&lock);
+    jm_cancel_receives(r->nrecv, r->reqs);
+    if (!r->collective)
+      for (int k = r->nrecv; k < r->nreq; k++) jm_mpi.Request_free(&r->reqs[k]);
+    r->rc = JM_ERR_TIMEOUT; /* abandoned: its staging is never reused */
+    req_free(r);
+    return err;
+  }
+  /* The progress thread moves the message on while XLA's thread enqueues
+   * work or waits for the GPU (it needs MPI_THREAD_MULTIPLE). */
+  if (atomic_load(&async_on)) pthread_once(&threads_once, start_threads);
+  return NULL;
+}
+
+/* The one GPU request in flight whose handle and buffers are at these
+ * device addresses, or NULL (none, or more than one). Lock held. */
+static jm_req *find_gpu(const void *handle, void *const *bufs, int nbufs) {
+  jm_req *found = NULL;
+  for (int i = 0; i < nactive; i++) {
+    jm_req *r = table[active[i]];
+    if (!r->on_gpu || r->state != R_POSTED || r->gpu_handle != handle ||
+        !same_buffers(r, bufs, nbufs))
+      continue;
+    if (found) return NULL;
+    found = r;
+  }
+  return found;
+}
+
+static XLA_FFI_Error *wait_gpu(jm_call *wc, const void *handle,
+                               void *const *bufs, int nbufs,
+                               void *const *results, int nresults) {
+  pthread_mutex_lock(&lock);
+  jm_req *r = find_gpu(handle, bufs, nbufs);
+  if (!r) {
+    /* Read the handle (after the GPU work before this wait). */
+    pthread_mutex_unlock(&lock);
+    float hv = -1;
+    XLA_FFI_Error *err = jm_cuda_read_f32(wc, handle, &hv);
+    if (err) return err;
+    uint32_t h =
+        hv >= 1 && hv < (float)(JM_SLOTS * JM_GENS) ? (uint32_t)hv : 0;
+    pthread_mutex_lock(&lock);
+    r = h && (float)h == hv ? table[h % JM_SLOTS] : NULL;
+    if (!r || r->handle != h || r->state != R_POSTED) {
+      int n = nactive;
+      pthread_mutex_unlock(&lock);
+      return no_request(wc, hv, n);
+    }
+  }
+  if (!r->on_gpu) {
+    pthread_mutex_unlock(&lock);
+    return jm_error(wc, XLA_FFI_Error_Code_FAILED_PRECONDITION,
+                    "a request started on the CPU is waited on the GPU");
+  }
+  r->state = R_WAITING;
+  int moved = !same_buffers(r, bufs, nbufs);
+  release(r);
+  pthread_mutex_unlock(&lock);
+  r->call.stream = wc->stream; /* for the zeros of a PROC_NULL receive */
+  complete_here(r);
+  XLA_FFI_Error *err = moved ? moved_error(r) : finish(r);
+  if (!err) err = jm_cuda_stage_finish(&r->call, r->gpu, results, nresults);
+  req_free(r);
+  return err;
+}
+
+XLA_FFI_Error *jaxmpi_ffi_wait_cuda(XLA_FFI_CallFrame *frame) {
+  if (jm_answer_metadata_query(frame)) return NULL;
+  if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
+  jm_call wc = wait_call(frame->api);
+  wc.frame = frame;
+  /* Argument 0 the handle; then the request's buffers; tokens skipped. */
+  void *bufs[JM_MAX_REQS + 2], *results[JM_MAX_REQS + 2];
+  int nbufs = 0, nresults = 0;
+  const void *handle = NULL;
+  for (int64_t i = 0; i < frame->args.size; i++) {
+    XLA_FFI_Buffer *b = frame->args.args[i];
+    if (frame->args.types[i] != XLA_FFI_ArgType_BUFFER ||
+        b->dtype == XLA_FFI_DataType_TOKEN)
+      continue;
+    if (!handle) {
+      if (b->dtype != XLA_FFI_DataType_F32 || b->rank != 0 || !b->data)
+        return jm_error(&wc, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                        "argument 0 must be a request handle (float32 "
+                        "scalar)");
+      handle = b->data;
+      continue;
+    }
+    if (nbufs == JM_MAX_REQS + 2) break;
+    bufs[nbufs++] = b->data;
+  }
+  if (!handle)
+    return jm_error(&wc, XLA_FFI_Error_Code_INVALID_ARGUMENT,
+                    "argument 0 must be a request handle (float32 scalar)");
+  for (int64_t i = 0; i < frame->rets.size && nresults < JM_MAX_REQS + 2;
+       i++) {
+    XLA_FFI_Buffer *b = frame->rets.rets[i];
+    if (frame->rets.types[i] != XLA_FFI_RetType_BUFFER ||
+        b->dtype == XLA_FFI_DataType_TOKEN)
+      continue;
+    results[nresults++] = b->data;
+  }
+  jm_cuda_scope scope;
+  XLA_FFI_Error *err = jm_cuda_enter(&wc, &scope);
+  if (!err) err = wait_gpu(&wc, handle, bufs, nbufs, results, nresults);
+  return jm_cuda_leave(&wc, &scope, err);
 }

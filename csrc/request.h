@@ -21,7 +21,13 @@
  * the progress of other requests.
  *
  * Without MPI_THREAD_MULTIPLE (or after jaxmpi_set_async(0)) no thread is
- * started and the wait blocks in the handler, as the blocking ops do. */
+ * started and the wait blocks in the handler, as the blocking ops do.
+ *
+ * On the GPU (jm_cuda_istart, jaxmpi_ffi_wait_cuda; request.c's last
+ * section says how) the request also owns its pinned staging until the
+ * wait, and the wait, which XLA:GPU cannot hand a future, blocks its
+ * thread until MPI completes while the GPU goes on with the kernels
+ * already enqueued. */
 #ifndef JAXMPI_REQUEST_H
 #define JAXMPI_REQUEST_H
 
@@ -44,7 +50,12 @@ JM_EXPORT int jaxmpi_requests_in_flight(void);
  * flight (never waited). */
 JM_EXPORT int jaxmpi_requests_shutdown(void);
 
-/* The wait's FFI handler. */
+/* The wait's FFI handlers: XLA:CPU's and XLA:GPU's. */
 JM_EXPORT XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame);
+JM_EXPORT XLA_FFI_Error *jaxmpi_ffi_wait_cuda(XLA_FFI_CallFrame *frame);
+
+/* A start's body (desc->run) for a call whose buffers are GPU memory:
+ * staged (or CUDA-aware), then the handle written on XLA's stream. */
+XLA_FFI_Error *jm_cuda_istart(jm_call *c, const jm_op_desc *desc);
 
 #endif

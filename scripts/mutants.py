@@ -58,6 +58,11 @@ HALO = "tests/mpi/test_halo.py"
 PT = "tests/mpi/test_pytree.py"
 CHK = "tests/mpi/test_check_default.py"
 NBT = "tests/mpi/test_nonblocking_topology.py"
+# The GPU path of the non-blocking ops over a stand-in CUDA driver (no GPU).
+GPUREQ = "tests/launch/test_gpu_requests.py"
+DEV_ORD = "tests/devices/test_ordering.py"
+DEV_CART = "tests/devices/test_devicecart.py"
+DEV_AXIS = "tests/devices/test_allreduce_axis.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +75,7 @@ class Mutant:
     tests: tuple
     gpu: bool = False  # only a GPU run can kill it
     select: str = ""  # pytest -k: the tests that concern it (faster runs)
+    devices: int = 1  # forced host devices per process (tests/devices)
 
 
 MUTANTS = [
@@ -165,9 +171,30 @@ MUTANTS = [
            "    unwind(&p, p.n, stream);",
            "  CUresult rc = JM_CUDA_SUCCESS;\n  if (rc != JM_CUDA_SUCCESS) {\n"
            "    unwind(&p, p.n, stream);",
-           "staged GPU data sent before the stream's copies finish", (GPU,),
-           gpu=True),
-    # ---- non-blocking operations (csrc/request.c, src/jaxmpi/_nonblocking.py)
+           "staged GPU data sent before the stream's copies finish",
+           (GPUREQ,)),
+    Mutant("c-cuda-istart-no-copy-sync", "csrc/cuda_staging.c",
+           "rc = cu.StreamSynchronize(st->copy);\n    }\n",
+           "rc = JM_CUDA_SUCCESS;\n    }\n",
+           "a GPU start posts MPI before its device->host copies finish",
+           (GPUREQ,)),
+    Mutant("c-cuda-wait-no-stream-wait", "csrc/cuda_staging.c",
+           "rc = cu.StreamWaitEvent((CUstream)c->stream, st->s->ev, 0);",
+           "rc = JM_CUDA_SUCCESS;",
+           "XLA's stream does not wait for a GPU wait's copies back",
+           (GPUREQ,)),
+    Mutant("c-cuda-wait-copy-before-mpi", "csrc/request.c",
+           "  complete_here(r);\n"
+           "  XLA_FFI_Error *err = moved ? moved_error(r) : finish(r);\n"
+           "  if (!err) err = jm_cuda_stage_finish(&r->call, r->gpu, results, "
+           "nresults);\n",
+           "  XLA_FFI_Error *err = jm_cuda_stage_finish(&r->call, r->gpu, "
+           "results, nresults);\n"
+           "  complete_here(r);\n"
+           "  if (!err) err = moved ? moved_error(r) : finish(r);\n",
+           "a GPU wait enqueues the copies back before MPI completed",
+           (GPUREQ,)),
+    # ---- non-blocking operations (csrc/request.c, src/jaxmpi/_prims_*.py)
     Mutant("c-isendrecv-swap", "csrc/request.c",
            "c->source,\n                    c->recvtag, c->comm, &r->reqs[0]);",
            "c->dest,\n                    c->recvtag, c->comm, &r->reqs[0]);",
@@ -176,32 +203,34 @@ MUTANTS = [
            "rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],",
            "rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->sources[i],",
            "ineighbor_exchange sends pair i to sources[i]", (NB,)),
-    Mutant("py-isendrecv-backward-direction", "src/jaxmpi/_nonblocking.py",
+    Mutant("py-isendrecv-backward-direction", "src/jaxmpi/_prims_p2p.py",
            'return dict(comm=comm, source=spec.param("dest"),\n'
            '                dest=spec.param("source"),',
            'return dict(comm=comm, source=spec.param("source"),\n'
            '                dest=spec.param("dest"),',
            "isendrecv's backward request sends the same way as the op", (NB,)),
-    Mutant("py-irecv-backward-peer", "src/jaxmpi/_nonblocking.py",
+    Mutant("py-irecv-backward-peer", "src/jaxmpi/_prims_p2p.py",
            'return dict(comm=comm, dest=spec.param("source"),',
            'return dict(comm=comm, dest=MPI.PROC_NULL,',
            "irecv's backward request sends its cotangent nowhere", (NB,)),
-    Mutant("py-ialltoall-vmap-batch-in-front", "src/jaxmpi/_nonblocking.py",
-           '"ialltoall": lambda **_: (1, [1, 1]),',
-           '"ialltoall": lambda **_: (0, [0, 0]),',
+    Mutant("py-ialltoall-vmap-batch-in-front", "src/jaxmpi/_prims_collectives.py",
+           "results=(1,), backward=blocking_backward(alltoall_p),\n"
+           "    batch_axes=lambda **_: (1, [1, 1])",
+           "results=(1,), backward=blocking_backward(alltoall_p),\n"
+           "    batch_axes=lambda **_: (0, [0, 0])",
            "vmap of ialltoall splits the batch axis over the ranks", (NB,)),
-    Mutant("py-igather-vmap-result-axis", "src/jaxmpi/_nonblocking.py",
-           '"igather": _rooted_axes([0, 1], [0]),',
-           '"igather": _rooted_axes([0, 0], [0]),',
+    Mutant("py-igather-vmap-result-axis", "src/jaxmpi/_prims_collectives.py",
+           "batch_axes=rooted_axes([0, 1], [0])",
+           "batch_axes=rooted_axes([0, 0], [0])",
            "vmap of igather says the root's result is batched in front", (NB,)),
     Mutant("c-ireduce-scatter-counts-reversed", "csrc/request.c",
            "    ints[j] = (int)counts[j];\n",
            "    ints[j] = (int)counts[c->size - 1 - j];\n",
            "ireduce_scatter gives rank r the block of counts[size - 1 - r]",
            (NB,), select="reducing"),
-    Mutant("py-iexscan-no-identity", "src/jaxmpi/_nonblocking.py",
-           '_AFTER_WAIT = {"iexscan": _identity_on_rank_0}',
-           "_AFTER_WAIT = {}",
+    Mutant("py-iexscan-no-identity", "src/jaxmpi/_prims_collectives.py",
+           "after_wait=_identity_on_rank_0)",
+           "after_wait=None)",
            "iexscan leaves rank 0 the result MPI leaves undefined", (NB,),
            select="reducing"),
     Mutant("c-iv-displacements-in-rows", "csrc/request.c",
@@ -209,21 +238,23 @@ MUTANTS = [
            "    at += rows;",
            "the non-blocking v-ops' displacements count rows, not elements",
            (NBV,)),
-    Mutant("py-ialltoallv-result-rows", "src/jaxmpi/_nonblocking.py",
-           "        x, _ops._rows(x, sum(recvcounts))], {0: 0})",
-           "        x, _ops._rows(x, sum(sendcounts))], {0: 0})",
+    Mutant("py-ialltoallv-result-rows", "src/jaxmpi/_prims_vcollectives.py",
+           "        x, _rows(x, sum(recvcounts))],",
+           "        x, _rows(x, sum(sendcounts))],",
            "ialltoallv's result has sum(sendcounts) rows, not sum(recvcounts)",
            (NBV,)),
-    Mutant("py-iallgatherv-vmap-result-axis", "src/jaxmpi/_nonblocking.py",
-           '"iallgatherv": lambda **_: (1, [1, 1]),',
-           '"iallgatherv": lambda **_: (1, [1, 0]),',
+    Mutant("py-iallgatherv-vmap-result-axis", "src/jaxmpi/_prims_vcollectives.py",
+           "backward=blocking_backward(allgatherv_p),\n"
+           "    batch_axes=lambda **_: (1, [1, 1])",
+           "backward=blocking_backward(allgatherv_p),\n"
+           "    batch_axes=lambda **_: (1, [1, 0])",
            "vmap of iallgatherv says its result is batched in front", (NBV,)),
     Mutant("py-ihalo-wait-pieces-reversed", "src/jaxmpi/_topology.py",
            "return self.fill(keep, [y for ys in results for y in ys])",
            "return self.fill(keep, [y for ys in results for y in ys[::-1]])",
            "ihalo_exchange's wait writes each request's messages into the "
            "halo of other directions", (NBT,)),
-    Mutant("py-ineighbor-backward-direction", "src/jaxmpi/_nonblocking.py",
+    Mutant("py-ineighbor-backward-direction", "src/jaxmpi/_prims_p2p.py",
            'return dict(comm=comm, sources=spec.param("dests"),\n'
            '                dests=spec.param("sources"),',
            'return dict(comm=comm, sources=spec.param("sources"),\n'
@@ -231,7 +262,7 @@ MUTANTS = [
            "ineighbor_exchange's backward request sends the cotangents the "
            "way the forward messages went", (NBT, NB)),
     # ---- the collectives of issue 12 -----------------------------------------
-    Mutant("py-reduce-scatter-max-ties", "src/jaxmpi/_ops.py",
+    Mutant("py-reduce-scatter-max-ties", "src/jaxmpi/_prims_vcollectives.py",
            "        mask = x == _gather_blocks(y, comm, counts)\n"
            "        (count,) = total(mask.astype(x.dtype))\n"
            "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n"
@@ -240,13 +271,13 @@ MUTANTS = [
            "        (count,) = total(mask.astype(x.dtype))\n"
            "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n",
            "reduce_scatter MAX/MIN: tied ranks each get the whole tangent", (RS,)),
-    Mutant("py-exscan-transpose-inclusive", "src/jaxmpi/_ops.py",
+    Mutant("py-exscan-transpose-inclusive", "src/jaxmpi/_prims_collectives.py",
            "return [total - upto]", "return [total - upto + ct]",
            "exscan's transpose includes the own cotangent", (RS,)),
-    Mutant("py-allgatherv-transpose-op", "src/jaxmpi/_ops.py",
-           "return reduce_scatter_p.bind(ct, comm=comm, op=_sum_op(ct.dtype),\n"
+    Mutant("py-allgatherv-transpose-op", "src/jaxmpi/_prims_vcollectives.py",
+           "return reduce_scatter_p.bind(ct, comm=comm, op=sum_op(ct.dtype),\n"
            "                                 counts=counts)",
-           "return reduce_scatter_p.bind(ct, comm=comm, op=_sum_op(ct.dtype),\n"
+           "return reduce_scatter_p.bind(ct, comm=comm, op=sum_op(ct.dtype),\n"
            "                                 counts=counts[::-1])",
            "allgatherv's transpose scatters the blocks in reverse rank order",
            (VC,)),
@@ -256,10 +287,10 @@ MUTANTS = [
            "a pytree's leaves are cut from the packed buffer at wrong offsets",
            (PT,)),
     Mutant("py-halo-direction", "src/jaxmpi/_topology.py",
-           "            sources.append(int(source))\n"
-           "            dests.append(int(dest))",
-           "            sources.append(int(dest))\n"
-           "            dests.append(int(source))",
+           "            sources.append(source)\n"
+           "            dests.append(dest)",
+           "            sources.append(dest)\n"
+           "            dests.append(source)",
            "halo_exchange receives each piece from the opposite neighbour",
            (HALO,)),
     Mutant("py-eager-no-check", "src/jaxmpi/_eager.py",
@@ -273,7 +304,7 @@ MUTANTS = [
            "an eager scan on the direct path is exclusive",
            ("tests/mpi/test_ordering_dispatch.py",)),
     Mutant("py-region-no-marker", "src/jaxmpi/_region.py",
-           "        dispatch.runtime_tokens.output_runtime_tokens[MARKER_KEY] = marker\n",
+           "        jc.dispatch.runtime_tokens.output_runtime_tokens[MARKER_KEY] = marker\n",
            "",
            "jaxmpi.jit leaves no marker: an eager call can overtake a "
            "pending region",
@@ -283,42 +314,42 @@ MUTANTS = [
            "pieces.append(lax.slice(arrays[k], lo, hi))",
            "halo_exchange sends rims whose wrapped halo is not yet filled",
            (HALO,)),
-    # ---- Python: the rules of each op (src/jaxmpi/_ops.py) ----
-    Mutant("py-reduce-transpose-term", "src/jaxmpi/_ops.py",
+    # ---- Python: the rules of each op (src/jaxmpi/_prims_*.py) ----
+    Mutant("py-reduce-transpose-term", "src/jaxmpi/_prims_collectives.py",
            "return [b if comm.rank == root else b + ct]", "return [b]",
            "reduce's transpose drops the own cotangent off the root", (AD,)),
-    Mutant("py-scan-transpose-term", "src/jaxmpi/_ops.py",
+    Mutant("py-scan-transpose-term", "src/jaxmpi/_prims_collectives.py",
            "return [total - upto + ct]", "return [total - upto]",
            "scan's transpose is exclusive (drops the own cotangent)", (AD,)),
-    Mutant("py-bcast-transpose-template", "src/jaxmpi/_ops.py",
-           "return [total if comm.rank == root else _zeros_from(total, x)]",
+    Mutant("py-bcast-transpose-template", "src/jaxmpi/_prims_collectives.py",
+           "return [total if comm.rank == root else zeros_from(total, x)]",
            "return [total]",
            "bcast's transpose gives the templates a cotangent", (AD,)),
-    Mutant("py-sendrecv-transpose-direction", "src/jaxmpi/_ops.py",
+    Mutant("py-sendrecv-transpose-direction", "src/jaxmpi/_prims_p2p.py",
            "comm=comm, source=dest,\n        dest=source, sendtag=_backward_tag(back, comm),",
            "comm=comm, source=source,\n        dest=dest, sendtag=_backward_tag(back, comm),",
            "sendrecv's transpose sends the same way as the op", (AD,)),
-    Mutant("py-exchange-transpose-direction", "src/jaxmpi/_ops.py",
+    Mutant("py-exchange-transpose-direction", "src/jaxmpi/_prims_p2p.py",
            "*back, comm=comm, sources=dests, dests=sources,",
            "*back, comm=comm, sources=sources, dests=dests,",
            "neighbor_exchange's transpose sends the same way as the op", (AD,)),
-    Mutant("py-send-transpose-peer", "src/jaxmpi/_ops.py",
-           "return recv_p.bind(_zeros(x), comm=comm, source=dest,",
-           "return recv_p.bind(_zeros(x), comm=comm, source=MPI.PROC_NULL,",
+    Mutant("py-send-transpose-peer", "src/jaxmpi/_prims_p2p.py",
+           "return recv_p.bind(zeros(x), comm=comm, source=dest,",
+           "return recv_p.bind(zeros(x), comm=comm, source=MPI.PROC_NULL,",
            "send's transpose receives nothing (from MPI.PROC_NULL)", (AD,)),
-    Mutant("py-backward-tag", "src/jaxmpi/_ops.py",
+    Mutant("py-backward-tag", "src/jaxmpi/_prims_p2p.py",
            "return tag ^ reserved_tag_bit(comm.tag_ub)", "return tag",
            "transposed messages use the forward tag space", (AD, ORD)),
-    Mutant("py-allreduce-adjoint", "src/jaxmpi/_ops.py",
+    Mutant("py-allreduce-adjoint", "src/jaxmpi/_prims_collectives.py",
            'if adjoint == "sum":\n        return allreduce_p.bind(',
            'if adjoint != "sum":\n        return allreduce_p.bind(',
            "allreduce's two adjoint conventions exchanged", (AD,)),
-    Mutant("py-allgather-transpose-sum", "src/jaxmpi/_ops.py",
+    Mutant("py-allgather-transpose-sum", "src/jaxmpi/_prims_collectives.py",
            "return [parts.sum(axis=0).astype(ct.dtype)]",
            "return [parts[0].astype(ct.dtype)]",
            "allgather's transpose keeps rank 0's cotangent instead of the sum",
            (AD,)),
-    Mutant("py-max-ties", "src/jaxmpi/_ops.py",
+    Mutant("py-max-ties", "src/jaxmpi/_prims_collectives.py",
            "        mask = x == y\n"
            "        (count,) = total(mask.astype(x.dtype))\n"
            "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n"
@@ -327,30 +358,30 @@ MUTANTS = [
            "        (count,) = total(mask.astype(x.dtype))\n"
            "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n",
            "allreduce MAX/MIN: tied ranks each get the whole tangent", (AD,)),
-    Mutant("py-alltoall-batch-axis", "src/jaxmpi/_ops.py",
+    Mutant("py-alltoall-batch-axis", "src/jaxmpi/_prims_collectives.py",
            "x = jnp.moveaxis(x, d, 1)  # the first axis is split over ranks",
-           "x = _front(x, d)",
+           "x = to_front(x, d)",
            "alltoall's batching rule puts the batch first (dropped axis move)",
            (AD,)),
-    Mutant("py-gather-batch-axis", "src/jaxmpi/_ops.py",
+    Mutant("py-gather-batch-axis", "src/jaxmpi/_prims_collectives.py",
            "return [y], [1 if comm.rank == root else 0]", "return [y], [0]",
            "gather's batched result: batch axis misplaced on the root", (AD,)),
-    Mutant("py-sendrecv-alias", "src/jaxmpi/_ops.py",
+    Mutant("py-sendrecv-alias", "src/jaxmpi/_prims_p2p.py",
            "aliases={1: 0},", "aliases={0: 0},",
            "sendrecv's result aliased to the send buffer, not the template",
            (P2P, INPL)),
-    Mutant("py-alltoallv-alias-any-size", "src/jaxmpi/_ops.py",
+    Mutant("py-alltoallv-alias-any-size", "src/jaxmpi/_prims_vcollectives.py",
            "if comm.size <= 2 and tuple(sendcounts) == tuple(recvcounts):",
            "if tuple(sendcounts) == tuple(recvcounts):",
            "alltoallv's result aliased for equal counts at 3+ ranks too, where "
            "the C core exchanges out of place", (VC,), select="equal"),
-    # ---- Python: API and validation (src/jaxmpi/_api.py, _validate.py) ----
-    Mutant("py-api-sendrecv-swap", "src/jaxmpi/_api.py",
+    # ---- Python: API and validation (src/jaxmpi/_p2p.py, _steps.py, _validate.py)
+    Mutant("py-api-sendrecv-swap", "src/jaxmpi/_p2p.py",
            "sendbuf, recvbuf, comm=info, source=source, dest=dest, sendtag=sendtag,",
            "sendbuf, recvbuf, comm=info, source=dest, dest=source, sendtag=sendtag,",
            "sendrecv: source and dest swapped before the primitive", (P2P,)),
-    Mutant("py-api-pass-through", "src/jaxmpi/_api.py",
-           "return x if _jcore.trace_state_clean() else y", "return y",
+    Mutant("py-api-pass-through", "src/jaxmpi/_steps.py",
+           "return x if jc.trace_state_clean() else y", "return y",
            "rooted ops hand back the op's result, not x itself (eager)", (COLL,),
            select="root_returns_input"),
     Mutant("py-validate-rank-bound", "src/jaxmpi/_validate.py",
@@ -358,12 +389,30 @@ MUTANTS = [
            "if 0 <= v <= comm.size or v in allow:",
            "a rank equal to the communicator size is accepted (off by one)",
            (VAL,)),
+    # ---- Python: several devices per process (tests/devices, 2 devices) ----
+    Mutant("py-devices-one-communicator", "src/jaxmpi/_devices.py",
+           "comms=tuple(MPI._handleof(d) & 0xFFFFFFFFFFFFFFFF for d in dups))",
+           "comms=tuple(MPI._handleof(dups[0]) & 0xFFFFFFFFFFFFFFFF for d in dups))",
+           "every device of a process calls MPI on one communicator (silently "
+           "wrong sums without checks)", (DEV_ORD,), select="never_share",
+           devices=2),
+    Mutant("py-devicecart-endpoint-order", "src/jaxmpi/_devices.py",
+           "out.append(rank * self.devices + int(np.ravel_multi_index(\n"
+           "                    pos, self.mesh_shape)))",
+           "out.append(rank + self.cart.Get_size() * int(np.ravel_multi_index(\n"
+           "                    pos, self.mesh_shape)))",
+           "DeviceCart: a neighbour's endpoint numbered position-major, not "
+           "process-major", (DEV_CART,), select="halo_and_neighbours",
+           devices=2),
+    Mutant("py-axis-allreduce-pieces-local", "src/jaxmpi/_collectives.py",
+           "whole = lax.all_gather(mpi_allreduce(piece), axis_name, tiled=True)",
+           "whole = lax.all_gather(piece, axis_name, tiled=True)",
+           "allreduce(axis_name=...) from 64 KiB: the pieces gathered without "
+           "their MPI reduction across processes", (DEV_AXIS,), devices=2),
 ]
 
 # Mutants the suite cannot kill, and why (CONTRIBUTING.md has the same list).
 DOCUMENTED_SURVIVORS = {
-    "c-cuda-skip-stream-sync":
-        "only a GPU run can kill it (tests/gpu); without a GPU it survives",
 }
 
 
@@ -409,13 +458,13 @@ def apply(tree, m, dry=False):
             f.write(text.replace(m.old, m.new))
 
 
-def env_for(tree):
+def env_for(tree, devices=1):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.path.join(tree, "src") + (
         os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("JAX_PLATFORMS", "cpu")
     env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                        " --xla_force_host_platform_device_count=1").strip()
+                        f" --xla_force_host_platform_device_count={devices}").strip()
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
     env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
     env.setdefault("OMPI_MCA_rmaps_base_oversubscribe", "1")
@@ -429,16 +478,17 @@ def launcher(python):
     return [os.path.join(os.path.dirname(python), "mpiexec")]
 
 
-def run_tests(tree, files, n, args, select=""):
-    """(passed, seconds, what failed) for files at n ranks in tree (select:
-    a pytest -k expression; all of files if empty)."""
+def run_tests(tree, files, n, args, select="", devices=1):
+    """(passed, seconds, what failed) for files at n ranks of `devices`
+    devices each in tree (select: a pytest -k expression; all of files if
+    empty)."""
     cmd = ["timeout", "-k", "10", str(args.run_timeout), *launcher(args.python),
            "-n", str(n), args.python, "-m", "pytest", "-q", "-x",
            "-p", "no:cacheprovider", "--timeout-method=thread",
            f"--timeout={args.test_timeout}", "--color=no", *files,
            *(["-k", select] if select else [])]
     t0 = time.monotonic()
-    res = run(cmd, cwd=tree, env=env_for(tree))
+    res = run(cmd, cwd=tree, env=env_for(tree, devices))
     dt = time.monotonic() - t0
     if res.returncode == 0:
         return True, dt, ""
@@ -475,9 +525,11 @@ def check_mutant(m, base, args, gpu):
                 return {"status": "build-failed", "detail": out.strip()[-300:],
                         "seconds": time.monotonic() - t0}
         for n in args.ranks:
-            passed, _, why = run_tests(tree, list(m.tests), n, args, m.select)
+            passed, _, why = run_tests(tree, list(m.tests), n, args, m.select,
+                                       m.devices)
             if not passed:
-                return {"status": "killed", "detail": f"{n} ranks: {why}",
+                at = f"{n} ranks" + (f" x {m.devices} devices" if m.devices > 1 else "")
+                return {"status": "killed", "detail": f"{at}: {why}",
                         "seconds": time.monotonic() - t0}
         sel = f" -k '{m.select}'" if m.select else ""
         return {"status": "survived",
@@ -542,16 +594,18 @@ def main():
         if not where.startswith(os.path.realpath(base)) and not where.startswith(base):
             raise SystemExit(f"the copy's jaxmpi is not the one imported: {where}")
         if not args.no_baseline:
-            files = sorted({f for m in chosen for f in m.tests
-                            if not (m.gpu and not gpu)})
-            for n in args.ranks:
-                passed, dt, why = run_tests(base, files, n, args)
-                print(f"unmutated: {' '.join(files)} at {n} ranks: "
-                      f"{'pass' if passed else 'FAIL ' + why} ({dt:.0f}s)",
-                      flush=True)
-                if not passed:
-                    raise SystemExit("the unmutated tree fails its tests: fix "
-                                     "that first (or --no-baseline)")
+            for d in sorted({m.devices for m in chosen}):
+                files = sorted({f for m in chosen for f in m.tests
+                                if m.devices == d and not (m.gpu and not gpu)})
+                for n in args.ranks if files else []:
+                    passed, dt, why = run_tests(base, files, n, args, devices=d)
+                    at = f"{n} ranks" + (f" x {d} devices" if d > 1 else "")
+                    print(f"unmutated: {' '.join(files)} at {at}: "
+                          f"{'pass' if passed else 'FAIL ' + why} ({dt:.0f}s)",
+                          flush=True)
+                    if not passed:
+                        raise SystemExit("the unmutated tree fails its tests: "
+                                         "fix that first (or --no-baseline)")
         results = {}
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
             futs = {pool.submit(check_mutant, m, base, args, gpu): m

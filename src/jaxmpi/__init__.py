@@ -19,21 +19,25 @@ from __future__ import annotations
 
 import atexit as _atexit
 import functools as _functools
+import inspect as _inspect
+import sys as _sys
 
 from mpi4py import MPI as _MPI  # initialises MPI first
 
 import jax as _jax
 
-from . import _api, _core, _effect, _faults, _nonblocking, _ops, _validate
+from . import _core, _effect, _faults, _registry, _validate, notoken
+from . import _jax_compat as jc
+from ._errors import MPIConfigurationError
 from ._region import jit
-from . import _jax_compat as _jcore
-from ._core import MPIConfigurationError
 from ._version import __version__
 
 _core.check_thread_level()
 _core.check_launch(_MPI.COMM_WORLD.Get_size())
-# The C core's table of handlers must be the primitives'; registers them.
-_core.get().register_handlers(_ops.PRIMITIVES, _nonblocking.START)
+# Every primitive is defined (notoken imported them all): the C core's table
+# must be the registry's; then its handlers are registered.
+_registry.check_table(_core.get().table())
+_core.get().register_handlers()
 
 # jaxmpi's own communicator: its traffic never meets the user's mpi4py traffic.
 _default_comm = _MPI.COMM_WORLD.Clone()
@@ -41,14 +45,11 @@ _default_comm.Set_errhandler(_MPI.ERRORS_RETURN)
 _validate.set_default_comm(_default_comm)
 
 
-
 def _stop_progress():
     left = _core.get().lib.jaxmpi_requests_shutdown()
     if left:
-        import sys
-
         print(f"jaxmpi: {left} non-blocking request(s) were never waited "
-              "(their MPI calls are abandoned at exit)", file=sys.stderr)
+              "(their MPI calls are abandoned at exit)", file=_sys.stderr)
 
 
 # Registered after mpi4py's finalizer, so they run first (last registered,
@@ -58,8 +59,6 @@ _atexit.register(_stop_progress)
 _atexit.register(_jax.effects_barrier)
 # An uncaught exception on one rank ends the whole job (see _faults.py).
 _faults.install()
-# A sharded jit of jaxmpi calls gets jaxmpi's error, not JAX's bare one.
-_effect.install_multi_device_error()
 
 _eager_token = None
 
@@ -67,51 +66,24 @@ _eager_token = None
 def _token():
     """A token for the caller to pass on (ordering is already guaranteed)."""
     global _eager_token
-    if not _jcore.trace_state_clean():
+    if not jc.trace_state_clean():
         return _jax.lax.create_token()
     if _eager_token is None:
         _eager_token = _jax.lax.create_token()
     return _eager_token
 
 
-def _token_returns(doc: str, name: str) -> str:
-    """``doc`` (a bare-result docstring from _api or _nonblocking) with its
-    Returns section rewritten for the token API: ``(result, token)``,
-    ``(request, token)`` for the starts of non-blocking operations,
-    ``(results, token)`` for ``waitall``, a token alone for a result of
-    None."""
-    lines = doc.splitlines()
-    try:
-        start = next(i for i, l in enumerate(lines) if l.strip() == "Returns:")
-    except StopIteration:
-        return doc
-    end = start + 1
-    while end < len(lines) and lines[end].strip():
-        end += 1
-    body = " ".join(l.strip() for l in lines[start + 1:end])
-    if body == "None.":
-        new = ["A token (``send`` and ``barrier`` of the token API return only",
-               "a token), for later calls' ``token=`` argument (optional:",
-               f"calls are ordered without it). ``jaxmpi.notoken.{name}``",
-               "returns None."]
-    else:
-        what = ("request" if name in _nonblocking.STARTS
-                else "results" if name == "waitall" else "result")
-        first = f"``({what}, token)``"
-        if name == "wait":
-            first += ("; a token alone where the result is None (requests of "
-                      "``isend`` and ``ibarrier``)")
-        new = [f"{first}. {what}: " + body,
-               "token: for later calls' ``token=`` argument (optional: calls",
-               f"are ordered without it). ``jaxmpi.notoken.{name}`` returns",
-               f"the {what} alone."]
-    import textwrap
+# The token API's docstring of each operation: what it returns, pointing to
+# the operation's own docstring in jaxmpi.notoken (the API reference).
+_TOKEN_DOC = """``jaxmpi.notoken.{name}`` with a token: the same arguments.
 
-    wrapped = []
-    for para in new:
-        wrapped += textwrap.wrap(para, 68)
-    return "\n".join(lines[:start + 1] + ["        " + w for w in wrapped]
-                     + lines[end:])
+Returns ``(result, token)``: what ``jaxmpi.notoken.{name}`` returns (a
+``Request`` for a non-blocking start) and a token for later calls'
+``token=`` argument (optional: calls are ordered without it); a token alone
+where it returns None (``send``, ``barrier``, and ``wait`` of a request of
+``isend`` or ``ibarrier``). The arguments, errors and an example are in
+``jaxmpi.notoken.{name}``'s docstring (docs/api.md).
+"""
 
 
 def _with_token(fn):
@@ -120,21 +92,21 @@ def _with_token(fn):
         out = fn(*args, **kwargs)
         return _token() if out is None else (out, _token())
 
-    wrapper.__doc__ = _token_returns(fn.__doc__ or "", fn.__name__)
+    wrapper.__doc__ = _TOKEN_DOC.format(name=fn.__name__)
     return wrapper
 
 
-# Every operation, from the one list of each module (_api.OPERATIONS,
-# _nonblocking.OPERATIONS): the token API's form wraps the bare one.
-# Non-blocking starts return ``(request, token)``; ``wait`` returns
-# ``(result, token)`` (a token alone for isend and ibarrier), ``waitall``
-# ``(results, token)`` (docs/nonblocking.md).
-for _module in (_api, _nonblocking):
-    for _name in _module.OPERATIONS:
-        globals()[_name] = _with_token(getattr(_module, _name))
-del _module, _name
-Request = _nonblocking.Request
-has_cuda_support = _api.has_cuda_support
+# Every operation (a name of notoken's one list that takes ``token=``): the
+# token API's form wraps the bare one.
+_OPERATIONS = tuple(
+    n for n in notoken.__all__ if "token" in _inspect.signature(
+        getattr(notoken, n)).parameters)
+for _name in _OPERATIONS:
+    globals()[_name] = _with_token(getattr(notoken, _name))
+del _name
+Request = notoken.Request
+DeviceCart = notoken.DeviceCart
+has_cuda_support = notoken.has_cuda_support
 
 
 def set_check(on=True) -> None:
@@ -142,19 +114,16 @@ def set_check(on=True) -> None:
 
     Before a checked collective the ranks of its communicator compare the
     operation, dtype, shape, reduction op, root and call number (one small
-    MPI_Allgather on a duplicate of the communicator); any difference raises
-    on every rank, naming the ranks and what differs. A receive probes the
-    message first and reports a size mismatch. Call it on every rank at the
-    same point of the program (or use the environment variable). Takes
-    effect for calls executed from then on, jitted or not.
+    MPI_Allgather on a duplicate of the communicator); any difference raises on
+    every rank, naming the ranks and what differs. A receive probes the message
+    first and reports a size mismatch. ``"sparse"`` checks the first 16
+    collectives of each communicator, then those whose number is a power of two
+    or a multiple of 65536, and folds the others into a digest compared at the
+    next checked call. Call it on every rank at the same point of the program;
+    it applies to the calls executed from then on.
 
     Args:
-        on: ``True`` checks every collective (``JAXMPI_CHECK=1``);
-            ``"sparse"`` (the default) checks the first 16 collectives of
-            each communicator, then those whose number is a power of two or
-            a multiple of 65536, and folds the others into a digest compared
-            at the next checked call; ``False`` turns checks off
-            (``JAXMPI_CHECK=0``).
+        on: ``True`` (every call), ``"sparse"`` or ``False`` (off).
 
     Returns:
         None.
@@ -163,11 +132,10 @@ def set_check(on=True) -> None:
         TypeError: ``on`` is none of these.
 
     Example:
-        ::
+        Check every collective from here on:
 
-            jaxmpi.set_check(True)      # on every rank
-            mpx.allreduce(x, MPI.SUM)   # ranks with other shapes: an error
-                                        # on every rank, before MPI sees it
+            jaxmpi.set_check(True)          # on every rank
+            mpx.allreduce(x, MPI.SUM)       # ranks with other shapes: an error
     """
     if isinstance(on, str) and on == "sparse":
         mode = "sparse"
@@ -183,26 +151,24 @@ def set_timeout(seconds) -> None:
     """Set the deadlock watchdog (default: ``JAXMPI_TIMEOUT``).
 
     With a timeout, every jaxmpi MPI call that has not completed after
-    ``seconds`` raises on its rank, saying what it waited for. The
-    abandoned call leaves its communicator unusable: end the job.
+    ``seconds`` raises on its rank, saying what it waited for. The abandoned
+    call leaves its communicator unusable: end the job.
 
     Args:
-        seconds: a positive number of seconds, or None or 0 to turn the
-            watchdog off.
+        seconds: a positive number of seconds, or None or 0 (off).
 
     Returns:
         None.
 
     Raises:
         TypeError: ``seconds`` is a bool.
-        ValueError: ``seconds`` is not a number, or is negative or
-            infinite.
+        ValueError: ``seconds`` is not a number, or is negative or infinite.
 
     Example:
-        ::
+        Turn the watchdog on, then off:
 
-            jaxmpi.set_timeout(60)      # a call stuck for 60 s raises
-            jaxmpi.set_timeout(None)    # off
+            jaxmpi.set_timeout(60)          # a call stuck for 60 s raises
+            jaxmpi.set_timeout(None)        # off
     """
     _core.get().set_timeout(_core.parse_timeout(seconds, "set_timeout: seconds"))
 
@@ -218,7 +184,7 @@ def get_default_comm():
         mpi4py.MPI.Intracomm: the default communicator.
 
     Example:
-        ::
+        Its ranks are ``MPI.COMM_WORLD``'s:
 
             comm = jaxmpi.get_default_comm()
             comm.Get_rank() == MPI.COMM_WORLD.Get_rank()   # True
@@ -227,10 +193,8 @@ def get_default_comm():
 
 
 __all__ = [
-    *_api.OPERATIONS, *_nonblocking.OPERATIONS, "Request",
+    *_OPERATIONS, "Request", "DeviceCart",
     "has_cuda_support", "jit", "get_default_comm", "set_check",
     "set_timeout",
     "MPIConfigurationError", "notoken",
 ]
-
-from . import notoken  # noqa: E402

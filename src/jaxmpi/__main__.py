@@ -8,6 +8,16 @@ import socket
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
+import jaxlib
+import mpi4py
+import numpy as np
+from mpi4py import MPI
+
+import jaxmpi
+from . import _core, notoken
+
 DESCRIPTION = """\
 Print what jaxmpi runs on: the MPI library and its ABI, the thread level,
 CUDA support, JAX and mpi4py versions, and this process's rank.
@@ -30,14 +40,6 @@ def _driver_text(ngpus: int, driver: str) -> str:
 
 
 def info() -> dict:
-    from mpi4py import MPI
-    import jax
-    import jaxlib
-    import mpi4py
-
-    import jaxmpi
-    from jaxmpi import _core
-
     core = _core.get()
     vendor, version = MPI.get_vendor()
     levels = {MPI.THREAD_SINGLE: "single", MPI.THREAD_FUNNELED: "funneled",
@@ -98,18 +100,11 @@ def rounds(size: int) -> int:
 
 def payload(src: int, dst: int, n: int):
     """What rank src sends to rank dst: distinct for every ordered pair."""
-    import numpy as np
-
     return np.arange(n, dtype=np.float64) + (src * 1e6 + dst * 1e3)
 
 
 def exchange(peer: int, n: int, comm):
     """One sendrecv with peer through jaxmpi; returns what peer sent."""
-    import jax.numpy as jnp
-    import numpy as np
-
-    from jaxmpi import notoken
-
     rank = comm.Get_rank()
     x = jnp.asarray(payload(rank, peer, n))
     y = notoken.sendrecv(x, x, peer, peer, sendtag=rank, recvtag=peer,
@@ -127,13 +122,6 @@ def _abort(message: str, comm_world) -> None:
 
 
 def check(timeout: float) -> int:
-    import numpy as np
-    from mpi4py import MPI
-
-    import jax
-    import jaxmpi
-    from jaxmpi import _core, notoken
-
     world = MPI.COMM_WORLD
     comm = jaxmpi.get_default_comm()
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -213,8 +201,6 @@ def check(timeout: float) -> int:
 def fastest_safe_thread_level() -> str:
     """The `python -m jaxmpi` line on the thread level (docs/design.md,
     "Thread level")."""
-    from mpi4py import MPI
-
     if MPI.Query_thread() >= MPI.THREAD_MULTIPLE:
         # What 'multiple' costs a 4-byte call at 2 ranks, per MPI
         # (benchmarks/thread_level.py; outputs in benchmarks/).

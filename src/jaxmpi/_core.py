@@ -17,17 +17,15 @@ import os
 import threading
 import warnings
 
+import jax
 import numpy as np
 from mpi4py import MPI
 
 from . import _dtypes
+from ._errors import MPIConfigurationError
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 ABI_FAMILIES = ("mpich", "openmpi", "mpiabi")
-
-
-class MPIConfigurationError(ImportError):
-    """The running MPI cannot be used by jaxmpi; the message says how to fix it."""
 
 
 def _env_flag(name: str) -> bool:
@@ -291,32 +289,25 @@ class Core:
                 "dtype_sizes": {k: lib.jaxmpi_dtype_size(k)
                                 for k in range(lib.jaxmpi_ndtypes())}}
 
-    def register_handlers(self, primitives, starts) -> None:
-        """Check that the C core's table agrees with Python's primitives
-        (check_table), then register the FFI targets: each blocking op's
-        CPU handler jaxmpi_ffi_<op> and CUDA handler jaxmpi_ffi_<op>_cuda
-        (CUDA registrations wait in JAX until a CUDA plugin loads, if ever),
-        join_token's (one for both platforms), and the CPU-only handlers of
-        the non-blocking starts and of wait."""
-        import jax
-
+    def register_handlers(self) -> None:
+        """Register the FFI targets of the C core's table (checked against
+        Python's first: _registry.check_table): each operation's CPU handler
+        jaxmpi_ffi_<op> and CUDA handler jaxmpi_ffi_<op>_cuda, the starts'
+        and wait's too (CUDA registrations wait in JAX until a CUDA plugin
+        loads, if ever), and join_token's (one for both platforms)."""
         table = self.table()
-        check_table(table, primitives, starts)
         capsule = lambda symbol: jax.ffi.pycapsule(getattr(self.lib, symbol))
-        for name, (_, _, _, start) in table["ops"].items():
+        for name in [*table["ops"], "wait"]:
             cpu = f"jaxmpi_ffi_{name}"
             jax.ffi.register_ffi_target(f"jaxmpi_{name}", capsule(cpu),
                                         platform="cpu")
-            if not start:
-                jax.ffi.register_ffi_target(f"jaxmpi_{name}",
-                                            capsule(f"{cpu}_cuda"),
-                                            platform="CUDA")
+            jax.ffi.register_ffi_target(f"jaxmpi_{name}",
+                                        capsule(f"{cpu}_cuda"),
+                                        platform="CUDA")
         for platform in ("cpu", "CUDA"):
             jax.ffi.register_ffi_target("jaxmpi_join_token",
                                         capsule("jaxmpi_ffi_join_token"),
                                         platform=platform)
-        jax.ffi.register_ffi_target("jaxmpi_wait", capsule("jaxmpi_ffi_wait"),
-                                    platform="cpu")
 
     def set_check(self, mode: str) -> None:
         """mode: one of CHECK_MODES."""
@@ -358,8 +349,6 @@ class Core:
             _dtypes.XLA_TYPE[np.dtype(x.dtype)], len(shape), dims, err,
             len(err))
         if code:
-            import jax
-
             raise jax.errors.JaxRuntimeError(
                 f"{_ERROR_CODES.get(code, 'INTERNAL')}: "
                 f"{err.value.decode(errors='replace')}")
@@ -419,52 +408,6 @@ class Core:
         """What the MPI says of CUDA-awareness (None: it cannot say)."""
         r = self.lib.jaxmpi_mpi_cuda_aware()
         return None if r < 0 else bool(r)
-
-
-def check_table(table: dict, primitives, starts) -> None:
-    """Raise ImportError unless the C core's table (Core.table) agrees with
-    Python: the same blocking ops as `primitives` and the same starts as
-    `starts` (names without the ``jaxmpi_`` prefix), the FFI attributes
-    _ops sends with the same kinds, the buffer limit the validation
-    assumes, and the byte size of every dtype code in _dtypes. A
-    disagreement means a C core built from other sources than this Python
-    package (a stale build)."""
-    from . import _api, _dtypes, _nonblocking, _ops
-
-    problems = []
-    c_ops = {n for n, row in table["ops"].items() if not row[3]}
-    c_starts = {n for n, row in table["ops"].items() if row[3]}
-    for what, c_names, py_names in (("blocking ops", c_ops,
-                                     set(primitives) | set(_ops.EXTRA_TARGETS)),
-                                    ("non-blocking starts", c_starts,
-                                     set(starts) |
-                                     set(_nonblocking.EXTRA_TARGETS))):
-        if c_names != py_names:
-            problems.append(
-                f"{what}: only in C {sorted(c_names - py_names)}, only in "
-                f"Python {sorted(py_names - c_names)}")
-    py_attrs = {a: a in _ops.ARRAY_ATTRS for a in _ops.FFI_ATTRS}
-    if table["attrs"] != py_attrs:
-        problems.append(f"FFI attributes: C {table['attrs']}, Python {py_attrs}")
-    if table["max_buffers"] != _api.MAX_EXCHANGE_PAIRS or (
-            1 + 2 * _nonblocking.MAX_EXCHANGE_PAIRS > table["max_buffers"]):
-        problems.append(f"buffers per call: C {table['max_buffers']}, Python "
-                        f"{_api.MAX_EXCHANGE_PAIRS} pairs (blocking), "
-                        f"{_nonblocking.MAX_EXCHANGE_PAIRS} (non-blocking)")
-    if len(table["dtype_sizes"]) != _dtypes.N_XLA_TYPES:
-        problems.append(f"dtype codes: C {len(table['dtype_sizes'])}, Python "
-                        f"{_dtypes.N_XLA_TYPES}")
-    for dt, code in _dtypes.XLA_TYPE.items():
-        if table["dtype_sizes"].get(code) != dt.itemsize:
-            problems.append(f"dtype {dt} (code {code}): C "
-                            f"{table['dtype_sizes'].get(code)} bytes, numpy "
-                            f"{dt.itemsize}")
-    if problems:
-        raise ImportError(
-            "jaxmpi's C core does not match its Python package (built from "
-            "other sources?): " + "; ".join(problems) + ". Reinstall jaxmpi "
-            "(pip install --force-reinstall --no-deps jaxmpi, or from the "
-            "checkout: pip install --force-reinstall --no-deps .)")
 
 
 # Cross-rank check modes, in the C core's numbering.
@@ -567,12 +510,12 @@ def check_launch(size: int, env=os.environ) -> None:
                 "Set JAXMPI_SINGLETON=1 if this process is meant to run alone.")
 
 
-_core: Core | None = None
+_loaded: Core | None = None
 
 
 def get() -> Core:
     """The process's C core (loaded by ``import jaxmpi``)."""
-    global _core
-    if _core is None:
-        _core = Core()
-    return _core
+    global _loaded
+    if _loaded is None:
+        _loaded = Core()
+    return _loaded

@@ -1,13 +1,10 @@
 """Eager calls without compiling: the direct path for a concrete CPU array.
 
-``jaxmpi.allreduce(x)`` outside any trace used to run as a one-op jitted
-computation with the ordered effect: JAX's Python dispatch path plus a
-runtime token, 134 us per 4-byte call at 1 rank (74 us with the token fast
-path of _effect.py) against 4.7 us for mpi4py's ``Allreduce`` on NumPy
-arrays. Here the same MPI call runs at once on the array's host buffer
-(``allreduce``, ``scan``, ``bcast``, ``allgather``, ``alltoall``: 80-83 us
--> 16-21 us per 4-byte call at 2 ranks in the default check mode, mpi4py
-0.8-2.2 us):
+``jaxmpi.allreduce(x)`` outside any trace would run as a one-op compiled
+computation: JAX's dispatch, many times the MPI call's own cost
+(docs/design.md, "Dispatch", has the measurements). Here the same MPI call
+runs at once on the array's host buffer (``allreduce``, ``scan``,
+``bcast``, ``allgather``, ``alltoall``):
 
 1. order: the calls of previously dispatched jaxmpi computations of this
    Python thread finish first (JAX's runtime token of the effect, the token
@@ -35,37 +32,37 @@ from __future__ import annotations
 
 import os
 
+import jax
 import numpy as np
 from mpi4py import MPI
 
 from . import _core, _dtypes
-from ._jax_compat import dispatch
-from ._jax_compat import xla_client as xc
-from ._effect import mpi_effect
-from ._region import MARKER_KEY
+from . import _jax_compat as jc
+from ._effect import wait_for_dispatched
 from ._threads import guard
 
 _ENABLED = os.environ.get("JAXMPI_EAGER_DIRECT", "1").strip().lower() not in (
     "0", "false", "no", "off")
 
-_datatypes: dict = {}
-_ops: dict = {}
+# mpi4py's Datatype and Op objects, by dtype and handle (made once each).
+_mpi_datatypes: dict = {}
+_mpi_ops: dict = {}
 
 
 def _datatype(dtype):
-    mpitype = _datatypes.get(dtype)
+    mpitype = _mpi_datatypes.get(dtype)
     if mpitype is None:
         name = _dtypes.MPI_TYPES.get(dtype)
         if name is None:
             return None
-        mpitype = _datatypes[dtype] = getattr(MPI, name)
+        mpitype = _mpi_datatypes[dtype] = getattr(MPI, name)
     return mpitype
 
 
 def _op(handle: int):
-    op = _ops.get(handle)
+    op = _mpi_ops.get(handle)
     if op is None:
-        op = _ops[handle] = MPI.Op.fromhandle(handle)
+        op = _mpi_ops[handle] = MPI.Op.fromhandle(handle)
     return op
 
 
@@ -91,28 +88,14 @@ def usable(x) -> bool:
     return device.platform == "cpu" and x.size <= core.count_limit
 
 
-def wait_for_dispatched() -> None:
-    """Return once every jaxmpi computation this thread dispatched ended:
-    the runtime token of jax.jit's, the marker of jaxmpi.jit's (_region)."""
-    tokens = dispatch.runtime_tokens
-    tok = tokens.current_tokens.get(mpi_effect)
-    if tok is not None:
-        tok.block_until_ready()
-    marker = tokens.output_runtime_tokens.get(MARKER_KEY)
-    if marker is not None:
-        marker.block_until_ready()
-
-
 def _new_array(x, data: np.ndarray):
     (device,) = x.sharding.device_set
     aval = x.aval if data.shape == x.shape else x.aval.update(shape=data.shape)
-    return xc.batched_device_put(aval, x.sharding, [data], [device],
-                                 x._committed)
+    return jc.xla_client.batched_device_put(aval, x.sharding, [data], [device],
+                                            x._committed)
 
 
 def _failure(fn: str, mpi_fn: str, comm, e: MPI.Exception):
-    import jax
-
     return jax.errors.JaxRuntimeError(
         f"INTERNAL: jaxmpi.{fn}: {mpi_fn} failed on rank {comm.Get_rank()} "
         f"of {comm.Get_size()}: {e.Get_error_string()} (MPI error code "

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import hashlib
 
-from . import _jax_compat as _compat
-from ._jax_compat import Effect, abstract_token, mlir
+import jax
+import numpy as np
+
+from . import _jax_compat as jc
+from ._errors import SHARD_MAP_HELP
+from ._threads import guard
 
 
-class MPIEffect(Effect):
+class MPIEffect(jc.Effect):
     """All jaxmpi calls of a program, in order."""
 
     # The same hash in every process (persistent compilation caches key on it).
@@ -32,30 +36,92 @@ class MPIEffect(Effect):
 
 mpi_effect = MPIEffect()
 
-for _registry in (
-    _compat.ordered_effects,
-    _compat.lowerable_effects,
-    _compat.control_flow_allowed_effects,
-    _compat.custom_derivatives_allowed_effects,
-    _compat.remat_allowed_effects,
-    _compat.partial_eval_kept_effects,  # keep ops whose results are unused
+for _effect_types in (
+    jc.ordered_effects,
+    # in program order on every device of a shard_map body (docs/devices.md)
+    jc.shardable_ordered_effects,
+    jc.lowerable_effects,
+    jc.control_flow_allowed_effects,
+    jc.custom_derivatives_allowed_effects,
+    jc.remat_allowed_effects,
+    jc.partial_eval_kept_effects,  # keep ops whose results are unused
 ):
-    _registry.add_type(MPIEffect)
+    _effect_types.add_type(MPIEffect)
+
+
+def _call_name(ctx) -> str:
+    name = getattr(getattr(ctx, "primitive", None), "name", "jaxmpi_call")
+    return "jaxmpi." + name[len("jaxmpi_"):]
+
+
+def _position(ctx, n: int):
+    """The position in the mesh of the device running a shard_map body over
+    n devices, as an int32 scalar: its partition id, the device's flat index
+    in the mesh (JAX lowers axis_index from it the same way)."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh = getattr(axis_ctx, "mesh", None)
+    manual = getattr(axis_ctx, "manual_axes", frozenset())
+    if mesh is None or mesh.size != n or set(manual) != set(mesh.axis_names):
+        raise ValueError(
+            f"{_call_name(ctx)} was traced inside shard_map over {n} devices "
+            "but is compiled outside it: keep jaxmpi calls inside the "
+            "shard_map body whose mesh they were traced for")
+    if any(p in ("cuda", "rocm") for p in ctx.module_context.platforms):
+        raise NotImplementedError(
+            f"{_call_name(ctx)}: several GPUs per process are not supported "
+            "yet (the C core would have to read the device's position from "
+            "GPU memory): start one process per GPU")
+    i32 = jc.mlir.ir.RankedTensorType.get(
+        [], jc.mlir.ir.IntegerType.get_signless(32))
+    return jc.hlo.convert(i32, jc.hlo.partition_id())
+
+
+def _manual(ctx) -> bool:
+    """Whether the call is lowered inside shard_map (all axes manual)."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh = getattr(axis_ctx, "mesh", None)
+    return mesh is not None and mesh.size > 1 and set(
+        getattr(axis_ctx, "manual_axes", ())) == set(mesh.axis_names)
+
+
+def _one_device(ctx) -> None:
+    """A call traced for one device must be compiled for one: under an
+    auto-sharded jit JAX's partitioner would have to place it."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh = getattr(axis_ctx, "mesh", None)
+    if mesh is not None:  # shard_map: fine where every axis is manual
+        manual = getattr(axis_ctx, "manual_axes", frozenset())
+        n = 1 if set(manual) == set(mesh.axis_names) else mesh.size
+    else:
+        n = getattr(axis_ctx, "num_devices", 1)
+    if n > 1:
+        raise ValueError(f"{_call_name(ctx)} is compiled for {n} devices "
+                         f"outside shard_map. {SHARD_MAP_HELP}")
 
 
 def lower_with_token(ctx, rule, *operands, **attrs):
     """Lower through `rule` (an FFI lowering) with the effect token threaded
-    through as the custom call's last operand and result."""
+    through as the custom call's last operand and result; in a program over
+    several devices (``devices`` among the attributes) the device's
+    position goes before it."""
     token = ctx.tokens_in.get(mpi_effect)
+    position = []
+    if "devices" in attrs:
+        operands = (*operands, _position(ctx, int(attrs["devices"])))
+        position = [jc.ShapedArray((), np.int32)]
+    else:
+        _one_device(ctx)
     inner = ctx.replace(
-        avals_in=[*ctx.avals_in, abstract_token],
-        avals_out=[*ctx.avals_out, abstract_token],
+        avals_in=[*ctx.avals_in, *position, jc.abstract_token],
+        avals_out=[*ctx.avals_out, jc.abstract_token],
     )
     outs = rule(inner, *operands, token, **attrs)
+    if position or _manual(ctx):
+        jc.mark_manual(outs[-1].owner)
     # The other ordered effects' tokens pass through (JAX hands every rule
     # the whole set: an ordered jax.debug.callback in the same program).
     ctx.set_tokens_out(ctx.tokens_in.update_tokens(
-        mlir.TokenSet({mpi_effect: outs[-1]})))
+        jc.mlir.TokenSet({mpi_effect: outs[-1]})))
     return outs[:-1]
 
 
@@ -63,132 +129,42 @@ def join_token_lowering(ctx, user_token):
     """Make the effect token depend on a token the user passed in, through a
     no-op custom call of the C core (XLA:CPU orders thunks by buffer use; a
     bare stablehlo.after_all would give it no edge)."""
-    import jax
-
     rule = jax.ffi.ffi_lowering("jaxmpi_join_token", has_side_effect=True)
     return lower_with_token(ctx, rule, user_token)
 
 
-_MULTI_DEVICE_TEXT = "ordered effects are not supported for more than 1 device"
-
-
-class SeveralDevices(ValueError):
-    """Raised by a lowering that finds jaxmpi calls compiled for several
-    devices (jaxmpi.jit's region, which JAX's own check does not see);
-    reworded with the devices by install_multi_device_error's wrapper."""
-
-
-def _jaxmpi_calls(jaxpr, found, depth=0):
-    """Names of the jaxmpi primitives in a (closed) jaxpr, sub-jaxprs too."""
-    if depth > 20:
-        return found
-    for eqn in getattr(jaxpr, "eqns", ()):
-        if mpi_effect in eqn.effects and eqn.primitive.name.startswith(
-                "jaxmpi_") and eqn.primitive.name != "jaxmpi_join_token":
-            name = eqn.primitive.name[len("jaxmpi_"):]
-            if name not in found:
-                found.append(name)
-        subs = _compat.jaxprs_in_params
-        for sub in (subs(eqn.params) if subs else ()):
-            _jaxmpi_calls(sub, found, depth + 1)
-    return found
-
-
-def multi_device_error(closed_jaxpr, devices):
-    """jaxmpi's error for a program with jaxmpi calls compiled for several
-    devices (a sharded jit): JAX's own says only that ordered effects are
-    not supported for more than 1 device."""
-    from ._validate import MULTI_DEVICE_HELP
-
-    calls = _jaxmpi_calls(getattr(closed_jaxpr, "jaxpr", closed_jaxpr), [])
-    what = ", ".join(f"jaxmpi.{c}" for c in calls[:4]) or "jaxmpi"
-    if len(calls) > 4:
-        what += f" and {len(calls) - 4} more"
-    where = (f"{len(devices)} devices ({', '.join(map(str, devices))})"
-             if devices else "several devices")
-    return ValueError(
-        f"a computation that calls {what} was compiled for {where} (a "
-        "jax.jit of arrays sharded over several devices, in_shardings or "
-        "out_shardings over several devices, or shard_map). "
-        + MULTI_DEVICE_HELP)
-
-
-def install_multi_device_error():
-    """Reword JAX's error for ordered effects over several devices. It is
-    raised while a computation is lowered, after tracing: no jaxmpi code
-    runs between, so the function that raises it is wrapped. Only that
-    error is touched; anything else (and a JAX without that function)
-    passes through unchanged."""
-    pxla = _compat.pxla
-    inner = getattr(pxla, "_cached_lowering_to_hlo", None)
-    if inner is None or getattr(inner, "_jaxmpi_wrapped", False):
-        return
-
-    def find(args, kwargs):
-        """The jaxpr and the devices among the arguments (found by type:
-        JAX passes them positionally, and the cached function has no
-        signature to read)."""
-        import jax
-
-        jaxpr, devices = None, None
-        for a in (*args, *kwargs.values()):
-            if jaxpr is None and isinstance(a, _compat.ClosedJaxpr):
-                jaxpr = a
-            if devices is None and isinstance(a, (tuple, list)) and a and all(
-                    isinstance(d, jax.Device) for d in a):
-                devices = tuple(a)
-            for sh in getattr(a, "shardings", None) or ():
-                ds = getattr(sh, "device_set", None)
-                if devices is None and ds is not None and len(ds) > 1:
-                    devices = tuple(sorted(ds, key=lambda d: d.id))
-        return jaxpr, devices
-
-    def wrapper(*args, **kwargs):
-        try:
-            return inner(*args, **kwargs)
-        except ValueError as e:
-            if not isinstance(e, SeveralDevices) and (
-                    _MULTI_DEVICE_TEXT not in str(e) or "MPIEffect" not in str(e)):
-                raise
-            jaxpr, devices = find(args, kwargs)
-            raise multi_device_error(jaxpr, devices) from e
-
-    wrapper._jaxmpi_wrapped = True
-    wrapper.__wrapped__ = inner
-    for attr in ("cache_clear", "cache_info"):
-        if hasattr(inner, attr):
-            setattr(wrapper, attr, getattr(inner, attr))
-    pxla._cached_lowering_to_hlo = wrapper
-
-
 # ---- dispatch: the runtime token of a one-device computation ---------------
-# Every call of a jitted computation with an ordered effect takes the token
-# the previous such call returned (JAX's RuntimeTokenSet, per Python thread).
-# JAX 0.10.2 re-places that token with api.device_put onto a sharding built
-# afresh per call (NamedSharding(Mesh(devices, 'x'), P('x'))), which for a
-# one-device program is the device the token already lives on: measured at
-# 1 rank, 55 of the 110 us a jitted 4-byte allreduce costs per call
-# (cProfile: dispatch.get_token_input, 43% of the call). For jaxmpi's effect
-# on one device, the token array is handed on as it is: the same buffer, so
-# the next program still waits for it (PJRT waits for its inputs' definition
-# events), hence the same order. Anything else takes JAX's own path.
-# Every dispatch of jaxmpi work passes here, which is where _threads.guard
-# refuses a second Python thread below MPI_THREAD_MULTIPLE.
+# Every call of a jitted computation with an ordered effect takes the token the
+# previous such call returned (JAX's RuntimeTokenSet, per Python thread). JAX
+# 0.10.2 re-places that token with api.device_put onto a sharding built afresh
+# per call (NamedSharding(Mesh(devices, 'x'), P('x'))), which for a one-device
+# program is the device the token already lives on: half of a jitted 4-byte
+# allreduce's cost (docs/design.md, "Dispatch"). For jaxmpi's effect on one
+# device, the token array is handed on as it is: the same buffer, so the next
+# program still waits for it (PJRT waits for its inputs' definition events),
+# hence the same order. Anything else takes JAX's own path. Every dispatch of
+# jaxmpi work passes here, which is where _threads.guard refuses a second
+# Python thread below MPI_THREAD_MULTIPLE.
 
 
 def _install_token_fastpath() -> bool:
-    dispatch = _compat.dispatch
+    dispatch = jc.dispatch
 
     cls = getattr(dispatch, "RuntimeTokenSet", None)
     orig = getattr(cls, "get_token_input", None)
     if orig is None or getattr(orig, "_jaxmpi", False):
         return False
 
-    from ._threads import guard
-
     def get_token_input(self, eff, devices):
         if eff is mpi_effect:
             guard()
+        if eff is mpi_effect and len(devices) > 1:
+            # A program over several devices takes the token resharded: one
+            # of a failed computation would fail it too (and every later
+            # one). Dropped, JAX makes a fresh one.
+            buf = getattr(self.current_tokens.get(eff), "_buf", None)
+            if buf is not None and buf.is_ready() and not ended(buf):
+                self.current_tokens.pop(eff, None)
         if eff is mpi_effect and len(devices) == 1:
             tok = self.current_tokens.get(eff)
             buf = getattr(tok, "_buf", None)
@@ -207,3 +183,33 @@ def _install_token_fastpath() -> bool:
 
 
 token_fastpath = _install_token_fastpath()
+
+
+# The key of jaxmpi.jit's marker among JAX's per-thread output runtime
+# tokens (_region; JAX keys its own by device and only reads the values).
+MARKER_KEY = "jaxmpi.jit"
+
+
+def ended(value) -> bool:
+    """Wait for a runtime token or marker; False if its computation failed.
+    Tokens order calls; they do not carry errors: a failed computation has
+    ended, and its error reaches whoever reads its results."""
+    try:
+        value.block_until_ready()
+        return True
+    except Exception:  # the computation's error, not this caller's
+        return False
+
+
+def wait_for_dispatched() -> None:
+    """Return once every jaxmpi computation this thread dispatched ended:
+    the runtime token of jax.jit's, the marker of jaxmpi.jit's (_region).
+    A token of a failed computation is dropped, so that later computations
+    do not inherit its error (JAX would hand it on as their input)."""
+    tokens = jc.dispatch.runtime_tokens
+    tok = tokens.current_tokens.get(mpi_effect)
+    if tok is not None and not ended(tok):
+        tokens.current_tokens.pop(mpi_effect, None)
+    marker = tokens.output_runtime_tokens.get(MARKER_KEY)
+    if marker is not None and not ended(marker):
+        tokens.output_runtime_tokens.pop(MARKER_KEY, None)

@@ -12,6 +12,8 @@ here only. Checked against JAX 0.6.2 (the oldest pyproject.toml allows),
 from __future__ import annotations
 
 # Public.
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
 from jax.core import ShapedArray, Tracer
 from jax.extend.core import ClosedJaxpr, Primitive, Token, jaxpr_as_fun
 from jax.extend.mlir.dialects import stablehlo as hlo
@@ -69,12 +71,83 @@ except ImportError:  # JAX 0.6
 #   started them).
 from jax._src.core import trace_ctx
 
+# - the abstract mesh of a trace (inside shard_map: its manual axes), pvary
+#   and the ManualAxisType of avals (shard_map's check_vma typing);
+from jax._src import core as _core_internal
+from jax._src import mesh as _mesh
+
 ordered_effects = _effects.ordered_effects
 lowerable_effects = _effects.lowerable_effects
 control_flow_allowed_effects = _effects.control_flow_allowed_effects
 custom_derivatives_allowed_effects = _effects.custom_derivatives_allowed_effects
 remat_allowed_effects = _effects.remat_allowed_effects
 partial_eval_kept_effects = _effects.partial_eval_kept_effects
+# - effects in program order per device of a shard_map body
+shardable_ordered_effects = _effects.shardable_ordered_effects
+
+
+# Several devices per process (_devices.py): the mesh of the current trace,
+# its manual axes, and the typing of values by the manual axes they vary
+# over (shard_map's check_vma; JAX >= 0.8 keeps it in a ManualAxisType).
+
+def abstract_mesh():
+    """The mesh of the current trace (JAX's abstract mesh; empty outside
+    shard_map and meshes)."""
+    return _mesh.get_abstract_mesh()
+
+
+def manual_axes(mesh) -> tuple:
+    """The names of the mesh axes a shard_map body is manual over."""
+    manual = getattr(mesh, "manual_axes", None)
+    if manual is not None:
+        return tuple(manual)
+    return tuple(a for a, t in zip(mesh.axis_names, mesh.axis_types)
+                 if "Manual" in str(t))
+
+
+def vma(aval) -> frozenset:
+    """The manual mesh axes over which a traced value varies (shard_map's
+    check_vma typing; empty outside shard_map)."""
+    mat = getattr(aval, "manual_axis_type", None)
+    if mat is not None:
+        return frozenset(mat.varying)
+    return frozenset(getattr(aval, "vma", ()))
+
+
+def varying(aval, axes):
+    """`aval` typed as varying over the manual mesh axes `axes`."""
+    axes = frozenset(axes)
+    if not axes or vma(aval) == axes:
+        return aval
+    mat_type = getattr(_core_internal, "ManualAxisType", None)
+    if mat_type is not None:  # JAX >= 0.8: a sharding over the abstract mesh
+        return ShapedArray(aval.shape, aval.dtype, aval.weak_type,
+                           sharding=NamedSharding(abstract_mesh(),
+                                                  PartitionSpec()),
+                           manual_axis_type=mat_type(varying=axes))
+    return ShapedArray(aval.shape, aval.dtype, aval.weak_type, vma=axes)
+
+
+def mark_manual(op) -> None:
+    """Mark a custom call of a shard_map body as manual for GSPMD (JAX's
+    partitioner before Shardy: a side-effecting call whose operands carry
+    no sharding, a token join, fails "Side-effect HLO must have
+    sharding"); Shardy needs no mark."""
+    if not getattr(jax.config, "jax_use_shardy_partitioner", False):
+        op.attributes["mhlo.sharding"] = mlir.ir.StringAttr.get("{manual}")
+
+
+def pvary(x, axes):
+    """x made varying over the manual mesh axes `axes` (its transpose sums
+    the cotangents over them)."""
+    return _core_internal.pvary(x, tuple(axes))
+
+
+def shard_map(f, mesh, in_specs, out_specs, check_vma=True):
+    """jax.shard_map over every axis of mesh."""
+    return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                         check_vma=check_vma)
+
 
 __all__ = [
     "AbstractToken", "ClosedJaxpr", "Effect", "Primitive", "dispatch", "hlo",
@@ -83,5 +156,7 @@ __all__ = [
     "ad", "apply_primitive", "batching", "control_flow_allowed_effects",
     "custom_derivatives_allowed_effects", "lowerable_effects", "mlir",
     "ordered_effects", "partial_eval_kept_effects", "remat_allowed_effects",
+    "shardable_ordered_effects", "abstract_mesh", "manual_axes", "vma",
+    "varying", "pvary", "shard_map",
     "trace_ctx", "trace_state_clean",
 ]

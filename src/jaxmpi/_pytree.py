@@ -14,7 +14,7 @@ Packing per dtype (not one byte buffer for all dtypes) keeps reductions
 exact (MPI reduces typed data) and keeps gradients: a bitcast to bytes has
 no derivative.
 
-Two layouts of an array argument (``rows`` in the op's ``Spec``):
+Two layouts of an array argument (``rows`` in the op's ``Packing``):
 
 * flat: each leaf is raveled; the buffer is 1-D, the concatenation;
 * rows: the leaves keep their leading axis (the rank axis of ``scatter``'s
@@ -28,9 +28,11 @@ leaf keeps; a 1-D result of a rows buffer (``scatter``) lost it; a 2-D
 result of a rows buffer (``alltoall``, the v-forms) keeps a leading axis,
 whose length may differ from the input's (``counts``).
 
-Wiring an operation is one line at the end of _api.py::
+Wiring an operation is one line above its definition (_collectives.py,
+...)::
 
-    reduce_scatter = _pytree.wrap(reduce_scatter, rows=True)
+    @_pytree.tree_op(rows=True)
+    def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
 
 ``trees``: the names of the array arguments (default ``("x",)``; sendrecv:
 ``("sendbuf", "recvbuf")``, whose dtype groups pair up); ``rows``: False,
@@ -43,8 +45,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
-import textwrap
 from dataclasses import dataclass
 
 import jax
@@ -52,13 +52,14 @@ import jax.numpy as jnp
 import numpy as np
 from mpi4py import MPI
 
-from . import _jax_compat as _jcore
+from . import _jax_compat as jc
+from . import _sharded
 from . import _validate as v
 from ._region import jit as _region_jit
 
 
 @dataclass(frozen=True)
-class Spec:
+class Packing:
     """How an operation's array arguments are packed (see the module doc)."""
 
     trees: tuple = ("x",)
@@ -97,7 +98,7 @@ class _Group:
         return tuple(leaf.shape[1:]) if self.rows else tuple(leaf.shape)
 
     def pack(self):
-        if _jcore.trace_state_clean():  # eager: one dispatch (see _packed)
+        if jc.trace_state_clean():  # eager: one dispatch (see _packed)
             return _packed(self.leaves, self.rows)
         return _pack(self.leaves, self.rows)
 
@@ -107,7 +108,7 @@ class _Group:
         if out is packed:  # passed through eagerly: x itself, as for one array
             return list(self.leaves)
         inner = tuple(self.inner(a) for a in self.leaves)
-        if _jcore.trace_state_clean():
+        if jc.trace_state_clean():
             return _unpacked(out, inner)
         return _unpack(out, inner)
 
@@ -140,10 +141,8 @@ def _unpack(out, inner):
 
 # Eager calls pack and unpack each group in one jitted computation: no
 # effect, so JAX's C++ dispatch runs them (cached per leaf shapes), and only
-# the MPI call itself takes the effectful path. A 100-leaf float32 tree
-# (237 KiB) at 1 rank: 1.70 ms per eager allreduce when the packing, the
-# call and the unpacking were one jitted computation with the effect
-# (JAX's Python dispatch of 100 arguments and 100 results), 1.0 ms so.
+# the MPI call itself takes the effectful path (the measurements:
+# benchmarks/README.md, pytrees).
 _packed = jax.jit(_pack, static_argnums=1)
 _unpacked = jax.jit(_unpack, static_argnums=1)
 
@@ -189,7 +188,7 @@ def _rebuild(treedef, n, groups, outs):
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-def _arguments(op, spec: Spec, sig, args, kwargs):
+def _arguments(op, spec: Packing, sig, args, kwargs):
     """(name, bound arguments with defaults, comm info, rows) of a call."""
     fn = op.__name__
     bound = sig.bind(*args, **kwargs)
@@ -202,15 +201,10 @@ def _arguments(op, spec: Spec, sig, args, kwargs):
 
 # Eager calls of these operations run the whole tree call (packing, the MPI
 # call per dtype, unpacking) as one jaxmpi.jit region, cached per operation,
-# tree structure and static arguments: one C++ dispatch of all leaves. A
-# 100-leaf float32 tree (237 KiB) at 2 ranks (benchmarks/pytree.py): 680-700
-# us per eager allreduce with the packing and the unpacking each a jitted
-# computation around the single-array eager call, 406-465 us with one region,
-# most of it JAX's handling of 100 arguments and 100 results (a jitted
-# identity of the 100 leaves takes 217 us at 1 rank). Operations whose eager
-# result is an input itself (bcast on the root, gather off it, ...) keep
-# that path, which returns the input unchanged as their single-array forms
-# do.
+# tree structure and static arguments: one C++ dispatch of all leaves
+# (benchmarks/pytree.py). Operations whose eager result is an input itself
+# (bcast on the root, gather off it, ...) keep the path above, which returns
+# the input unchanged as their single-array forms do.
 _REGION_OPS = frozenset({"allreduce", "scan", "exscan", "allgather",
                          "alltoall", "reduce_scatter", "allgatherv",
                          "alltoallv"})
@@ -229,7 +223,7 @@ def _static(value):
     return value
 
 
-def _region_call(op, spec: Spec, sig, args, kwargs):
+def _region_call(op, spec: Packing, sig, args, kwargs):
     """The eager tree call as one cached region, or None where it does not
     apply (another operation, a token, a leaf that is not a jax Array, an
     argument with no hashable stand-in)."""
@@ -264,8 +258,8 @@ def _region_call(op, spec: Spec, sig, args, kwargs):
     return fn(*leaves)
 
 
-def _call_tree(op, spec: Spec, sig, args, kwargs):
-    if _jcore.trace_state_clean():
+def _call_tree(op, spec: Packing, sig, args, kwargs):
+    if jc.trace_state_clean():
         out = _region_call(op, spec, sig, args, kwargs)
         if out is not None:
             return out
@@ -329,41 +323,22 @@ def _call_pair(op, fn, spec, bound, trees):
     return _rebuild(rdef, n, rgroups, outs)
 
 
-_DOC_RAISES = re.compile(r"\(a list,\s+tuple,\s+dict,\s+a ``\(result, token\)`` "
-                         r"pair or a token is\s+named as such\)")
-
-
-def _doc(doc: str, spec: Spec) -> str:
-    """The op's docstring with a paragraph on pytrees before its Args."""
-    names = " and ".join(f"``{t}``" for t in spec.trees)
-    what = "pytrees" if len(spec.trees) > 1 else "a pytree"
-    para = textwrap.fill(
-        f"Pytrees: {names} may be {what} of arrays (lists, tuples, dicts, "
-        "registered dataclasses; leaves of any dtypes and shapes); the "
-        "result has the same structure. The leaves of each dtype go in one "
-        "MPI call (flattened and concatenated), not one per leaf "
-        "(docs/apis.md, Pytrees). A leaf that is not an array is a "
-        "TypeError naming its path; leaves without a common leading axis "
-        "where the rank axis is needed, or send and receive trees of "
-        "different dtypes, a ValueError.", 76, initial_indent="    ",
-        subsequent_indent="    ") + "\n\n"
-    at = doc.find("    Args:")
-    if at >= 0:
-        doc = doc[:at] + para + doc[at:]
-    return _DOC_RAISES.sub(
-        "(a leaf that is not an array, a ``(result, token)`` pair or a\n"
-        "            token is named as such)", doc)
-
-
 def wrap(op, *, trees=("x",), rows=False, result=True):
-    """``op`` (a single-array operation of _api) taking pytrees of arrays
-    for the arguments named in ``trees``; see the module docstring."""
-    spec = Spec(tuple(trees), rows, result)
+    """``op`` (a single-array operation) taking pytrees of arrays for the
+    arguments named in ``trees``; see the module docstring. Its docstring
+    is op's (the API reference says what pytrees do, once)."""
+    spec = Packing(tuple(trees), rows, result)
     sig = inspect.signature(op)
     positions = {name: i for i, name in enumerate(sig.parameters)}
 
     @functools.wraps(op)
     def wrapper(*args, **kwargs):
+        if jc.trace_state_clean() and _sharded.is_sharded(
+                [kwargs.get(t, args[positions[t]] if positions[t] < len(args)
+                            else None) for t in spec.trees]):
+            bound = sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return _sharded.call(op.__name__, wrapper, bound, spec.trees)
         for t in spec.trees:
             i = positions[t]
             x = kwargs[t] if t in kwargs else args[i] if i < len(args) else None
@@ -371,15 +346,14 @@ def wrap(op, *, trees=("x",), rows=False, result=True):
                 return _call_tree(op, spec, sig, args, kwargs)
         return op(*args, **kwargs)
 
-    wrapper.__doc__ = _doc(op.__doc__ or "", spec)
     wrapper.pytree_spec = spec
     return wrapper
 
 
 def tree_op(*, trees=("x",), rows=False, result=True):
-    """The decorator form of ``wrap``: ``@tree_op(rows=True)`` above an
-    operation of _api (one line per operation; see the module docstring
-    for ``trees``, ``rows`` and ``result``)."""
+    """The decorator form of ``wrap``: ``@tree_op(rows=True)`` above a
+    public operation (one line per operation; see the module docstring for
+    ``trees``, ``rows`` and ``result``)."""
     return functools.partial(wrap, trees=trees, rows=rows, result=result)
 
 

@@ -1,16 +1,15 @@
 """``jaxmpi.jit``: a jitted function whose calls take JAX's C++ dispatch path.
 
 Any effect in a jitted computation turns off JAX's C++ fast path, and every
-call of a computation with an ordered effect passes a runtime token: a
-jitted function holding one 4-byte allreduce cost 55-65 us per call against
-5-6 us for a plain one (docs/design.md, "Dispatch"). ``jaxmpi.jit(f)``
+call of a computation with an ordered effect passes a runtime token: many times
+a plain jitted call's cost (docs/design.md, "Dispatch"). ``jaxmpi.jit(f)``
 traces ``f`` as ``jax.jit`` would, then wraps its jaxpr in one primitive,
 ``jaxmpi_region``, that carries no effect: the computation JAX dispatches has
 no effect, so its calls take the C++ path. The region's lowering creates the
-ordered effect's token inside the computation (``stablehlo.create_token``)
-and threads it through every jaxmpi call of ``f`` in program order, across
-loops and conditionals, exactly as JAX threads it for ``jax.jit``: the order
-inside a computation is unchanged.
+ordered effect's token inside the computation (``stablehlo.create_token``) and
+threads it through every jaxmpi call of ``f`` in program order, across loops
+and conditionals, exactly as JAX threads it for ``jax.jit``: the order inside a
+computation is unchanged.
 
 What the region gives up is the runtime token between dispatches. The order
 of calls across dispatches then rests on the device's queue: XLA:CPU runs
@@ -25,7 +24,8 @@ runtime token of ``jax.jit``'s computations.
 
 The rules, each checked:
 
-* one device per computation (jaxmpi's several-devices error at lowering);
+* over several devices, jaxmpi calls inside ``shard_map`` (an error at
+  lowering otherwise), and at most MAX_IN_FLIGHT such regions in flight;
 * below ``MPI_THREAD_MULTIPLE``, one Python thread (``_threads.guard`` at
   every call, as for every jaxmpi dispatch);
 * only jaxmpi's effect: a function with any other effect (``jax.debug``
@@ -38,6 +38,7 @@ The rules, each checked:
 
 from __future__ import annotations
 
+import collections
 import functools
 import re
 import threading
@@ -45,17 +46,13 @@ import threading
 import jax
 import numpy as np
 
-from . import _jax_compat as _compat
-from ._effect import SeveralDevices, multi_device_error, mpi_effect
-from ._jax_compat import Primitive, ShapedArray, Tracer, dispatch, mlir
+from . import _jax_compat as jc
+from ._effect import MARKER_KEY, ended, mpi_effect
 from ._threads import guard
 
-_MARKER_AVAL = ShapedArray((), np.dtype(np.bool_))
-# The key of the marker among JAX's per-thread output runtime tokens (JAX
-# keys its own by device and only ever reads the values).
-MARKER_KEY = "jaxmpi.jit"
+_MARKER_AVAL = jc.ShapedArray((), np.dtype(np.bool_))
 
-region_p = Primitive("jaxmpi_region")
+region_p = jc.Primitive("jaxmpi_region")
 region_p.multiple_results = True
 
 
@@ -65,7 +62,7 @@ def _region_abstract_eval(*avals, jaxpr):
 
 def _region_impl(*args, jaxpr):
     # Bound only while jax.jit traces the wrapper; kept for completeness.
-    return [*_compat.jaxpr_as_fun(jaxpr)(*args), np.bool_(True)]
+    return [*jc.jaxpr_as_fun(jaxpr)(*args), np.bool_(True)]
 
 
 region_p.def_abstract_eval(_region_abstract_eval)
@@ -73,20 +70,16 @@ region_p.def_impl(_region_impl)
 
 
 def _region_lowering(ctx, *args, jaxpr):
-    if getattr(ctx.module_context.axis_context, "num_devices", 1) > 1:
-        # JAX's own check sees no ordered effect here; the wrapper of
-        # _effect.install_multi_device_error names the devices.
-        raise SeveralDevices(str(multi_device_error(jaxpr, None)))
-    token = _compat.hlo.create_token()
-    inner = ctx.replace(tokens_in=mlir.TokenSet({mpi_effect: token}),
+    token = jc.hlo.create_token()
+    inner = ctx.replace(tokens_in=jc.mlir.TokenSet({mpi_effect: token}),
                         avals_out=ctx.avals_out[:-1])
-    outs = mlir.core_call_lowering(inner, *args, name="jaxmpi_region",
-                                   call_jaxpr=jaxpr)
-    marker = mlir.ir_constant(np.bool_(True))
+    outs = jc.mlir.core_call_lowering(inner, *args, name="jaxmpi_region",
+                                      call_jaxpr=jaxpr)
+    marker = jc.mlir.ir_constant(np.bool_(True))
     return [*outs, marker]
 
 
-mlir.register_lowering(region_p, _region_lowering)
+jc.mlir.register_lowering(region_p, _region_lowering)
 
 
 # The status codes of the C core's errors (every XLA_FFI_Error_Code that
@@ -103,6 +96,21 @@ def _runtime_error(e: ValueError) -> Exception:
     if not _STATUS.match(str(e)):
         return e
     return jax.errors.JaxRuntimeError(str(e))
+
+
+# XLA:CPU runs a program over several devices as a gang on its thread pool,
+# one launch at a time, and hangs with about 48 or more such launches queued,
+# MPI or not (docs/devices.md, "Limits"). jax.jit's runtime token chain does
+# not queue that many; jaxmpi.jit's C++ dispatch does, so it waits for the
+# oldest multi-device region once MAX_IN_FLIGHT are in flight.
+MAX_IN_FLIGHT = 16
+_in_flight: collections.deque = collections.deque()
+
+
+def _bound_in_flight(marker) -> None:
+    _in_flight.append(marker)
+    while len(_in_flight) > MAX_IN_FLIGHT:
+        ended(_in_flight.popleft())  # its error reaches its results' reader
 
 
 class Jitted:
@@ -123,7 +131,7 @@ class Jitted:
         """Traced by jax.jit: ``fun``'s jaxpr inside one effect-free
         region, and the marker."""
         leaves, tree = jax.tree.flatten((args, kwargs))
-        dyn = [i for i, leaf in enumerate(leaves) if isinstance(leaf, Tracer)]
+        dyn = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jc.Tracer)]
         out_tree = []
 
         def flat(*values):
@@ -146,14 +154,16 @@ class Jitted:
         return jax.tree.unflatten(out_tree[0], outs), marker
 
     def __call__(self, *args, **kwargs):
-        if not _compat.trace_state_clean():
+        if not jc.trace_state_clean():
             return self._plain(*args, **kwargs)
         guard()
         try:
             out, marker = self._fast(*args, **kwargs)
         except ValueError as e:
             raise _runtime_error(e) from None
-        dispatch.runtime_tokens.output_runtime_tokens[MARKER_KEY] = marker
+        jc.dispatch.runtime_tokens.output_runtime_tokens[MARKER_KEY] = marker
+        if len(marker.sharding.device_set) > 1:
+            _bound_in_flight(marker)
         return out
 
     def lower(self, *args, **kwargs):
@@ -167,19 +177,19 @@ class Jitted:
 
 # ---- eager calls: each primitive alone in a cached region -----------------
 # A jaxmpi operation called outside any trace binds its primitive, whose
-# implementation JAX's apply_primitive compiled and dispatched as a jitted
-# one-op computation with the ordered effect: JAX's Python dispatch path,
-# 55 us per 4-byte allreduce at 1 rank, 80-100 at 2. The same computation
-# as a jaxmpi.jit region, cached per primitive and parameters, takes the C++
-# path (5.5 us at 1 rank). Arrays on other platforms (the GPU, where no
-# region has been run yet) keep apply_primitive.
+# implementation JAX's apply_primitive would compile and dispatch as a
+# jitted one-op computation with the ordered effect: JAX's Python dispatch
+# path. The same computation as a jaxmpi.jit region, cached per primitive
+# and parameters, takes the C++ path (docs/design.md, "Dispatch"). Arrays on
+# other platforms (the GPU, where no region has been run yet) keep
+# apply_primitive.
 
 
 # The traceback of the eager call being made on this thread: a region's
 # trace, which happens inside JAX's jit, sees a traceback that stops at the
 # trace's boundary, without the user's line that the call's `site` (the
 # debug log, the watchdog) names; it is bound under this one instead.
-_caller = threading.local()
+_eager_call = threading.local()
 
 
 @functools.lru_cache(maxsize=4096)
@@ -187,8 +197,8 @@ def _primitive_region(prim, params):
     kwargs = dict(params)
 
     def one_op(*args):
-        with _compat.source_info_util.user_context(
-                getattr(_caller, "traceback", None)):
+        with jc.source_info_util.user_context(
+                getattr(_eager_call, "traceback", None)):
             return prim.bind(*args, **kwargs)
 
     return jit(one_op)
@@ -203,7 +213,7 @@ def _on_cpu(args) -> bool:
     return True
 
 
-def apply_primitive(prim, *args, **params):
+def apply_in_region(prim, *args, **params):
     """The eager implementation of a jaxmpi primitive (``def_impl``)."""
     if _on_cpu(args):
         try:
@@ -211,58 +221,47 @@ def apply_primitive(prim, *args, **params):
         except TypeError:  # a parameter that cannot be hashed
             fn = None
         if fn is not None:
-            _caller.traceback = _compat.xla_client.Traceback.get_traceback()
+            _eager_call.traceback = jc.xla_client.Traceback.get_traceback()
             return fn(*args)
-    return _compat.apply_primitive(prim, *args, **params)
+    return jc.apply_primitive(prim, *args, **params)
 
 
 def jit(fun=None, **jit_kwargs):
-    """``jax.jit`` whose calls cost what a plain jitted call costs.
+    """``jax.jit`` whose calls take JAX's C++ dispatch path.
 
     A function compiled by ``jax.jit`` that calls jaxmpi carries jaxmpi's
-    ordered effect, which puts every call on JAX's Python dispatch path
-    (about 60 us per call on a 2-core machine, against 5 us for a jitted
-    function without MPI). ``jaxmpi.jit`` compiles the same program with
-    the same order of MPI calls inside it, but its calls take JAX's C++
-    dispatch path: a jitted step that holds an allreduce then costs the
-    plain call plus the MPI time. The rules (each checked): one device
-    per process, jaxmpi work dispatched from one Python thread below
-    ``MPI_THREAD_MULTIPLE``, and no effect but jaxmpi's (a function with
-    ``jax.debug`` callbacks or ``io_callback`` is compiled as ``jax.jit``
-    would, and dispatched on its slower path). Across calls, MPI calls
-    are issued in program order, as with ``jax.jit``; under a
-    transformation (an outer ``jax.jit``, ``grad``, ``vmap``) it is
-    ``jax.jit(fun)``.
+    ordered effect, which puts every call on JAX's slower Python dispatch path
+    (docs/design.md, "Dispatch", has the cost). ``jaxmpi.jit`` compiles the
+    same program, with the same order of MPI calls inside and across calls, and
+    dispatches it as a plain jitted function. The rules, each checked: over
+    several devices, jaxmpi calls inside ``shard_map`` (docs/devices.md);
+    below ``MPI_THREAD_MULTIPLE``, jaxmpi work from one Python thread; no
+    effect but jaxmpi's (a function with ``jax.debug``
+    callbacks or ``io_callback`` is compiled and dispatched as ``jax.jit``
+    would). Under a transformation (an outer ``jax.jit``, ``grad``, ``vmap``)
+    it is ``jax.jit(fun)``.
 
     Args:
-        fun: the function to compile (or omitted: ``jaxmpi.jit(**kw)``
-            returns a decorator).
-        jit_kwargs: keyword arguments passed on to ``jax.jit``
-            (``static_argnums``, ``static_argnames``, ``donate_argnums``,
-            ...).
+        fun: the function to compile (omitted: ``jit(**kw)`` is a decorator).
+        jit_kwargs: passed on to ``jax.jit`` (``static_argnums``, ...).
 
     Returns:
-        A callable like ``jax.jit(fun)``'s. Its ``fast`` attribute says
-        whether the last traced signature took the fast path (None before
-        the first call).
+        A callable like ``jax.jit(fun)``'s; its ``fast`` attribute says whether
+        the last traced signature took the fast path (None before a call).
 
     Raises:
-        ValueError: the computation was compiled for several devices.
-        MPIConfigurationError: below ``MPI_THREAD_MULTIPLE``, a second
-            Python thread dispatched jaxmpi work.
+        TypeError: ``fun`` is not callable.
+        MPIConfigurationError: below ``MPI_THREAD_MULTIPLE``, a second Python
+            thread dispatched jaxmpi work.
 
     Example:
-        ::
-
-            import jaxmpi
-            import jaxmpi.notoken as mpx
+        A training step:
 
             def step(w, g):
-                g = mpx.allreduce(g, op=MPI.SUM) / size
-                return w - 0.1 * g
+                return w - 0.1 * mpx.allreduce(g, MPI.SUM) / size
 
-            step = jaxmpi.jit(step)    # or @jaxmpi.jit above the def
-            w = step(w, g)      # C++ dispatch: a plain call + the MPI time
+            step = jaxmpi.jit(step)         # or @jaxmpi.jit above the def
+            w = step(w, g)                  # a plain call plus the MPI time
     """
     if fun is None:
         return lambda f: jit(f, **jit_kwargs)

@@ -1,7 +1,8 @@
 """Below MPI_THREAD_MULTIPLE, one Python thread only: checked, not hoped.
 
 With MPI_THREAD_SERIALIZED (``mpi4py.rc.thread_level = "serialized"``,
-about 0.25 us cheaper per MPI call than MPI_THREAD_MULTIPLE with MPICH),
+cheaper per MPI call than MPI_THREAD_MULTIPLE with MPICH: docs/design.md,
+"Thread level"),
 jaxmpi's MPI calls are safe when they never run two at a time. They come
 from XLA's threads (the dispatching thread, PJRT's worker, Eigen's pool), but
 one jaxmpi ordered effect chains every call of a computation, JAX chains the
@@ -18,6 +19,10 @@ from __future__ import annotations
 
 import threading
 
+from mpi4py import MPI
+
+from ._errors import MPIConfigurationError
+
 _owner: int | None = None
 _serialized: bool | None = None
 
@@ -28,8 +33,6 @@ def guard() -> None:
     compares per dispatch)."""
     global _owner, _serialized
     if _serialized is None:
-        from mpi4py import MPI
-
         _serialized = MPI.Query_thread() < MPI.THREAD_MULTIPLE
     if not _serialized:
         return
@@ -37,8 +40,6 @@ def guard() -> None:
     if _owner is None:
         _owner = me
     elif _owner != me:
-        from ._core import MPIConfigurationError
-
         raise MPIConfigurationError(
             "jaxmpi: MPI was initialised below MPI_THREAD_MULTIPLE (e.g. "
             "mpi4py.rc.thread_level = 'serialized'), and jaxmpi work was "

@@ -23,14 +23,12 @@ import numpy as np
 from jax import lax
 from mpi4py import MPI
 
-from . import _ops
 from . import _validate as v
-from ._nonblocking import Request, compose
-# The checks every operation makes first (leaked requests, comm, token) and
-# the join of a traced token, as in _api.
-from ._nonblocking import _begin, _ops_join as _join
-from ._nonblocking import MAX_EXCHANGE_PAIRS as MAX_REQUEST_PAIRS
-from ._ops import MAX_EXCHANGE_PAIRS
+from ._devices import DeviceCart
+from ._prims_p2p import neighbor_alltoallv_p, neighbor_exchange_p
+from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
+from ._requests import Request, compose
+from ._steps import begin, join
 
 
 def _static_count(value, fn: str, name: str) -> int:
@@ -45,7 +43,11 @@ def _static_count(value, fn: str, name: str) -> int:
 
 
 def _cart_topo(comm, fn: str):
-    """(dims, periods, coords) of a Cartesian communicator, else TypeError."""
+    """(dims, periods, peer) of a Cartesian communicator or a DeviceCart,
+    else TypeError: peer(d) is the rank of the neighbour in direction d (a
+    DeviceCart's: a tuple of endpoint ranks, one per mesh position)."""
+    if isinstance(comm, DeviceCart):
+        return comm.dims, comm.periods, comm.neighbours
     if comm is None or comm.Get_topology() != MPI.CART:
         what = "None (the default communicator has no topology)" if comm is None \
             else f"a communicator without a Cartesian topology ({comm!r})"
@@ -53,7 +55,38 @@ def _cart_topo(comm, fn: str):
             f"{fn}: comm must be a Cartesian communicator "
             f"(MPI.COMM_WORLD.Create_cart(dims, periods)), got {what}")
     dims, periods, coords = comm.Get_topo()
-    return tuple(dims), tuple(bool(p) for p in periods), tuple(coords)
+    dims, periods = tuple(dims), tuple(bool(p) for p in periods)
+
+    def peer(d):
+        c = []
+        for i in range(len(dims)):
+            k = coords[i] + d[i]
+            if 0 <= k < dims[i]:
+                c.append(k)
+            elif periods[i]:
+                c.append(k % dims[i])
+            else:
+                return MPI.PROC_NULL
+        return comm.Get_cart_rank(c)
+
+    return dims, periods, peer
+
+
+def _no_peer(peer) -> bool:
+    """MPI.PROC_NULL (at every position, for a DeviceCart's tuple)."""
+    if isinstance(peer, tuple):
+        return all(p == MPI.PROC_NULL for p in peer)
+    return peer == MPI.PROC_NULL
+
+
+def _peers(entries) -> tuple:
+    """An exchange's sources or dests attribute from its pairs' peers:
+    ranks, one per pair; for a DeviceCart, one row of endpoint ranks per
+    mesh position (csrc/ops.h)."""
+    if entries and isinstance(entries[0], tuple):
+        return tuple(int(e[k]) for k in range(len(entries[0]))
+                     for e in entries)
+    return tuple(int(e) for e in entries)
 
 
 def _widths(width, ndim: int, fn: str) -> tuple:
@@ -68,7 +101,7 @@ def _widths(width, ndim: int, fn: str) -> tuple:
     return (w,) * ndim
 
 
-def _halo_plan(dims, periods, coords, widths, comm):
+def _halo_plan(dims, periods, widths, neighbour):
     """The pieces of the halo, each (direction, kind, source, dest): kind
     'message' (received from source, our rim sent to dest), 'local' (the
     grid wraps onto this block itself: a copy of our own rim). Directions
@@ -83,19 +116,6 @@ def _halo_plan(dims, periods, coords, widths, comm):
     shallow-water demo's hand-written exchange."""
     ndim = len(dims)
     wrapped = {i for i in range(ndim) if dims[i] == 1 and periods[i]}
-
-    def neighbour(d):
-        c = []
-        for i in range(ndim):
-            k = coords[i] + d[i]
-            if 0 <= k < dims[i]:
-                c.append(k)
-            elif periods[i]:
-                c.append(k % dims[i])
-            else:
-                return MPI.PROC_NULL
-        return comm.Get_cart_rank(c)
-
     plan = []
     for d in itertools.product((-1, 0, 1), repeat=ndim):
         moving = [i for i in range(ndim) if d[i]]
@@ -147,6 +167,7 @@ class _Halo:
     messages: tuple
     kind: object
     tag: int
+    grid: object = None  # the DeviceCart, if any
 
     def pack(self, arrays):
         """The arrays with the local copies made, and each message's send
@@ -156,8 +177,7 @@ class _Halo:
         # halo already filled), as the demo's hand-written exchange does.
         # Slicing the input instead (the wrapped halo rebuilt from its rims
         # by concatenation) made XLA copy every array twice per call and run
-        # a fusion per corner cell: 3 float32 fields of 64 x 128 on a 1 x 2
-        # grid, 63 against 8.8 us per exchange (benchmarks/halo.py).
+        # a fusion per corner cell, 7 times slower (benchmarks/halo.py).
         out = list(arrays)
         for k, lo, hi, at in self.local:  # from the own cells
             out[k] = lax.dynamic_update_slice(out[k],
@@ -176,8 +196,8 @@ class _Halo:
         into a buffer of its send buffer's shape."""
         sources, dests = [], []
         for source, dest, _ in self.messages:
-            sources.append(int(source))
-            dests.append(int(dest))
+            sources.append(source)
+            dests.append(dest)
         avals = [(tuple(b.shape), np.dtype(b.dtype)) for b in sends]
         return sources, dests, avals
 
@@ -185,14 +205,21 @@ class _Halo:
         """`out` with the received messages written into its halo."""
         out = list(out)
         for (source, _, where), msg in zip(self.messages, got):
-            if source == MPI.PROC_NULL:  # no neighbour: x's cells stay
+            if _no_peer(source):  # no neighbour: x's cells stay
                 continue
+            # On a DeviceCart some positions may have none in this direction.
+            none = (np.asarray([p == MPI.PROC_NULL for p in source])
+                    if isinstance(source, tuple) else None)
             offset = 0
             for k, _, _, at, shape in where:
                 size = int(np.prod(shape))
                 piece = msg if len(where) == 1 else lax.slice(
                     msg, (offset,), (offset + size,)).reshape(shape)
                 offset += size
+                if none is not None and none.any():
+                    piece = lax.select(
+                        lax.broadcast(self.grid.at_position(none), piece.shape),
+                        lax.dynamic_slice(out[k], at, piece.shape), piece)
                 out[k] = lax.dynamic_update_slice(out[k], piece, at)
         return self.result(out)
 
@@ -210,7 +237,7 @@ class _Halo:
 def _halo_setup(fn, x, comm, width, tag, info):
     """Every check of halo_exchange's (and ihalo_exchange's) arguments, and
     the plan: (arrays, _Halo)."""
-    dims, periods, coords = _cart_topo(comm, fn)
+    dims, periods, peer = _cart_topo(comm, fn)
     ndim = len(dims)
     widths = _widths(width, ndim, fn)
     many = isinstance(x, (list, tuple))
@@ -230,7 +257,7 @@ def _halo_setup(fn, x, comm, width, tag, info):
                     f"{a.shape[i]} cells (shape {tuple(a.shape)}): the halo "
                     f"on both sides and a rim of {w} to send need at least "
                     f"{3 * w}")
-    plan = _halo_plan(dims, periods, coords, widths, comm)
+    plan = _halo_plan(dims, periods, widths, peer)
     # Arrays of one dtype share each direction's message (their pieces
     # raveled one after another): one message per direction and dtype.
     groups = {}
@@ -259,86 +286,66 @@ def _halo_setup(fn, x, comm, width, tag, info):
                                            wrapped)
                 where.append((k, lo, hi, at,
                               tuple(b - a for a, b in zip(lo, hi))))
-            messages.append((int(source), int(dest), tuple(where)))
+            messages.append((source, dest, tuple(where)))
     kind = None if not many else type(x) if isinstance(x, tuple) else list
-    return arrays, _Halo(tuple(local), tuple(messages), kind, tag)
+    grid = comm if isinstance(comm, DeviceCart) else None
+    return arrays, _Halo(tuple(local), tuple(messages), kind, tag, grid)
 
 
 def halo_exchange(x, comm, width=1, *, tag=0, token=None):
-    """Fill the halo of this rank's block of a grid decomposed over a
-    Cartesian communicator (faces, edges and corners) from the neighbouring
-    blocks, in one call.
+    """Fill the halo of this rank's block of a Cartesian grid, in one call.
 
-    ``x`` is the local block including its halo: along grid axis ``i`` its
-    first and last ``width[i]`` cells are halo, the rest this rank's own
-    cells. Every halo piece comes from the neighbour in that direction (the
-    3**N - 1 neighbours, diagonal ones included), periodic or not as the
-    communicator says; where there is no neighbour (``MPI.PROC_NULL``, at
-    the edge of a non-periodic axis) the halo keeps ``x``'s values. Axes of
-    ``x`` after the grid's N are carried along whole (several components
-    per cell). All messages are posted at once with one MPI_Waitall
-    (``neighbor_exchange``), one message per neighbour and dtype (the
-    pieces of several arrays of one dtype travel together): one call up
-    to 32 messages, so for any grid of up to 3 dimensions with one dtype
-    (more go in further calls of 32); a block that is its own neighbour
-    (an axis of size 1, periodic) copies its rim locally. Differentiable: the transpose sends
-    each halo's cotangent back and adds it into the owner's rim. Under
-    ``vmap``, one exchange for the whole batch.
+    The grid is decomposed over a Cartesian communicator; the halo comes from
+    the neighbouring blocks. MPI_Irecv and MPI_Isend of every message, one
+    MPI_Waitall (``neighbor_exchange``, 32 messages per call). ``x`` is the
+    local block including its halo: along grid axis ``i`` its first and last
+    ``width[i]`` cells are halo, the rest this rank's own cells. Every halo
+    piece (faces, edges and corners) comes from the neighbour in that
+    direction, periodic or not as ``comm`` says; where there is none
+    (``MPI.PROC_NULL``) the halo keeps ``x``'s values. Axes after the grid's N
+    are carried whole. One message per neighbour and dtype (the pieces of
+    several arrays of one dtype travel together); a block that is its own
+    neighbour (an axis of size 1, periodic) copies its rim locally.
+    Differentiable: the transpose sends each halo's cotangent back and adds it
+    into the owner's rim. Under ``vmap``, one exchange for the whole batch.
 
     Args:
-        x: the block with its halo (an array with at least N axes, N the
-            communicator's number of dimensions), or a list or tuple of such
-            arrays (e.g. several fields), all exchanged in the same call.
-            Neighbouring blocks must agree in size along the faces they
-            share.
-        comm: an mpi4py Cartesian communicator
-            (``MPI.COMM_WORLD.Create_cart(dims, periods)``).
-        width: the halo's width: an int for every grid axis, or a sequence
-            of N ints (0: no halo along that axis).
-        tag: messages use tags ``tag`` to ``tag + messages - 1``.
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: the block with its halo (at least N axes), or a list or tuple.
+        comm: an mpi4py Cartesian communicator (``Create_cart``).
+        width: the halo's width: an int, or one int per grid axis (0: none).
+        tag: the messages use tags ``tag`` to ``tag + messages - 1``.
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        ``x`` with its halo filled (a list or tuple of arrays where ``x`` is
-        one), same shape and dtype.
+        ``x`` with its halo filled (a list or tuple where ``x`` is one).
 
     Raises:
-        TypeError: ``comm`` has no Cartesian topology, ``x`` is not an
-            array (or a list or tuple of arrays), ``width`` or ``tag`` is
-            not a static int, or ``token`` is not a token.
-        ValueError: a width is negative, ``width`` has not N entries, ``x``
-            has fewer than N axes, or an axis is shorter than three widths
-            (the halo on both sides and a rim to send), or a tag is out of
-            range.
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message), a
-            neighbour's face of another size, or a watchdog timeout
-            (``jaxmpi.set_timeout``).
+        TypeError: ``comm`` has no Cartesian topology, or ``width`` is not a
+            static int (or a sequence of them).
+        ValueError: a width is negative, ``width`` has not N entries, ``x`` has
+            fewer than N axes or an axis shorter than three widths, or a tag is
+            out of range.
+        jax.errors.JaxRuntimeError: a neighbour's face has another size.
 
     Example:
-        A periodic 2-D grid over all ranks, blocks of 64 x 64 cells with a
-        one-cell halo::
+        A periodic 2-D grid over all ranks, 64 x 64 cells and a one-cell halo:
 
             dims = MPI.Compute_dims(MPI.COMM_WORLD.Get_size(), 2)
             cart = MPI.COMM_WORLD.Create_cart(dims, periods=[True, True])
-            u = jnp.zeros((66, 66))
-            u = mpx.halo_exchange(u, cart)                     # halo filled
-            u, token = jaxmpi.halo_exchange(u, cart, width=1)  # token API
+            u = mpx.halo_exchange(jnp.zeros((66, 66)), cart)
     """
     fn = "halo_exchange"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token, grid_ok=True)
     arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
-    _join(tok)
+    join(tok)
     out, sends = halo.pack(arrays)
     sources, dests, avals = halo.pairs(sends)
     got = []
-    for start in range(0, len(sends), MAX_EXCHANGE_PAIRS):
-        stop = start + MAX_EXCHANGE_PAIRS
-        got += _ops.neighbor_exchange_p.bind(
-            *sends[start:stop], comm=info, sources=tuple(sources[start:stop]),
-            dests=tuple(dests[start:stop]), tag=halo.tag + start,
+    for start in range(0, len(sends), PAIRS_PER_CALL):
+        stop = start + PAIRS_PER_CALL
+        got += neighbor_exchange_p.bind(
+            *sends[start:stop], comm=info, sources=_peers(sources[start:stop]),
+            dests=_peers(dests[start:stop]), tag=halo.tag + start,
             recv_avals=tuple(avals[start:stop]))
     return halo.fill(out, got)
 
@@ -346,6 +353,13 @@ def halo_exchange(x, comm, width=1, *, tag=0, token=None):
 def _neighbours(comm, fn: str):
     """(sources, dests, cartesian) of a topology communicator, in MPI's
     neighbourhood order."""
+    if isinstance(comm, DeviceCart):  # 2N face neighbours, as Cartesian
+        nbrs = []
+        for i in range(len(comm.dims)):
+            for sign in (-1, 1):
+                nbrs.append(comm.neighbours(tuple(
+                    sign if j == i else 0 for j in range(len(comm.dims)))))
+        return tuple(nbrs), tuple(nbrs), True
     topo = comm.Get_topology() if comm is not None else MPI.UNDEFINED
     if topo == MPI.DIST_GRAPH:
         sources, dests, _ = comm.Get_dist_neighbors()
@@ -398,8 +412,8 @@ def _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info):
             f"sendcounts={list(sendcounts)}")
     for name, n in (("in-neighbours", len(sources)),
                     ("out-neighbours", len(dests))):
-        if n > MAX_EXCHANGE_PAIRS:
-            raise ValueError(f"{fn}: at most {MAX_EXCHANGE_PAIRS} "
+        if n > PAIRS_PER_CALL:
+            raise ValueError(f"{fn}: at most {PAIRS_PER_CALL} "
                              f"{name} per rank, this rank has {n}")
     tag = v.tag_arg(tag, fn, "tag", info)
     if cartesian and dests:
@@ -449,57 +463,41 @@ class _Received:
 
 def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
                        token=None):
-    """Exchange variable-size blocks with this rank's neighbours in a
-    process topology: block ``j`` of ``x`` (``sendcounts[j]`` rows) goes to
-    out-neighbour ``j``; block ``i`` of the result (``recvcounts[i]`` rows)
-    comes from in-neighbour ``i``.
+    """Exchange variable-size blocks with the topology's neighbours.
 
-    MPI_Neighbor_alltoallv, with MPI's neighbour order: a distributed
-    graph's ``comm.Get_dist_neighbors()`` (sources, then destinations), a
-    graph's ``comm.Get_neighbors(rank)``, a Cartesian communicator's 2N face
-    neighbours (per dimension the negative, then the positive one; a block
-    sent to the negative neighbour arrives in that rank's positive slot,
-    also where both are the same rank). Messages go to neighbours only (all
-    posted at once, one MPI_Waitall): the cost grows with the number of
-    neighbours, not of ranks. A block from ``MPI.PROC_NULL`` (the edge of a
-    non-periodic Cartesian axis) is zeros. Differentiable (the transpose is
-    the reverse exchange, counts swapped) and batchable (one exchange for
-    the whole batch).
+    MPI_Neighbor_alltoallv's exchange, as MPI_Irecv and MPI_Isend to the
+    neighbours only and one MPI_Waitall: the cost grows with the number of
+    neighbours, not of ranks. Block ``j`` of ``x`` (``sendcounts[j]`` rows)
+    goes to out-neighbour ``j``; block ``i`` of the result (``recvcounts[i]``
+    rows) comes from in-neighbour ``i``, in MPI's neighbourhood order: a
+    distributed graph's ``Get_dist_neighbors()``, a graph's
+    ``Get_neighbors(rank)``, a Cartesian communicator's 2N face neighbours (per
+    dimension the negative, then the positive one). A block from
+    ``MPI.PROC_NULL`` is zeros. Differentiable (the reverse exchange, counts
+    swapped) and batchable.
 
     Args:
-        x: the array to send, of shape ``(sum(sendcounts), *s)``.
-        sendcounts: rows sent to each out-neighbour (static ints >= 0, one
-            per destination).
-        recvcounts: rows received from each in-neighbour (static ints >= 0,
-            one per source); each must equal what that neighbour sends.
-        comm: an mpi4py communicator with a distributed-graph
-            (``Create_dist_graph_adjacent``), graph or Cartesian
-            (``Create_cart``) topology.
-        tag: the messages' tag (a Cartesian communicator's use ``tag`` to
-            ``tag + 2N - 1``, one per direction).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: the blocks to send, shape ``(sum(sendcounts), *s)``.
+        sendcounts: the rows sent to each out-neighbour (static ints >= 0).
+        recvcounts: the rows received from each in-neighbour (static ints).
+        comm: a communicator with a (distributed) graph or Cartesian topology.
+        tag: the messages' tag (Cartesian: ``tag`` to ``tag + 2N - 1``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        An array of shape ``(sum(recvcounts), *s)`` and ``x``'s dtype: the
-        blocks received, in the order of the in-neighbours.
+        The blocks received, in the in-neighbours' order: ``(sum(recvcounts),
+        *s)``.
 
     Raises:
-        TypeError: ``comm`` has no topology, ``x`` is not an array, a count
-            or ``tag`` is not a static int, or ``token`` is not a token.
-        ValueError: ``x`` is a scalar, ``sendcounts`` or ``recvcounts`` has
-            not one entry per neighbour, a count is negative,
-            ``sum(sendcounts)`` is not ``x.shape[0]``, a rank has more than
-            32 in- or out-neighbours, or a tag is out of range.
-        jax.errors.JaxRuntimeError: when the call runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message), a block
-            of another size than its recvcount, or a watchdog timeout
-            (``jaxmpi.set_timeout``).
+        TypeError: ``comm`` has no topology, or a count is not a static int.
+        ValueError: ``x`` is a scalar or has not ``sum(sendcounts)`` rows, a
+            count list has not one entry >= 0 per neighbour, a rank has more
+            than 32 in- or out-neighbours, or a tag is out of range.
+        jax.errors.JaxRuntimeError: a block has another size than its count.
 
     Example:
-        A ring as a distributed graph, rank r sending r + 1 rows right and
-        2 left::
+        A ring as a distributed graph, rank r sending r + 1 rows right and 2
+        left:
 
             left, right = (rank - 1) % size, (rank + 1) % size
             ring = MPI.COMM_WORLD.Create_dist_graph_adjacent(
@@ -507,14 +505,12 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
             x = jnp.ones((2 + rank + 1, 3))
             y = mpx.neighbor_alltoallv(x, [2, rank + 1], [left + 1, 2],
                                        comm=ring)   # (left + 3, 3) rows
-            y, token = jaxmpi.neighbor_alltoallv(
-                x, [2, rank + 1], [left + 1, 2], comm=ring)
     """
     fn = "neighbor_alltoallv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token, grid_ok=True)
     x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
         _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
-    _join(tok)
+    join(tok)
 
     blocks = _blocks(x, sendcounts)
     received = _Received(len(sources), tuple(x.shape[1:]), x.dtype, cartesian)
@@ -524,13 +520,14 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
         # tag + k tells the two directions apart where both neighbours are
         # one rank (a periodic axis of size 1 or 2).
         n = len(dests)
-        got = _ops.neighbor_exchange_p.bind(
-            *blocks, comm=info, sources=tuple(sources[k ^ 1] for k in range(n)),
-            dests=dests, tag=tag,
+        got = neighbor_exchange_p.bind(
+            *blocks, comm=info,
+            sources=_peers([sources[k ^ 1] for k in range(n)]),
+            dests=_peers(dests), tag=tag,
             recv_avals=tuple(_row_aval(x, recvcounts[k ^ 1])
                              for k in range(n)))
     elif sources or dests:
-        got = _ops.neighbor_alltoallv_p.bind(
+        got = neighbor_alltoallv_p.bind(
             *blocks, comm=info, sources=sources, dests=dests, tag=tag,
             recv_avals=tuple(_row_aval(x, c) for c in recvcounts))
     else:
@@ -539,7 +536,7 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
 
 
 # ---- the non-blocking forms --------------------------------------------------
-# Each is a Request made of ineighbor_exchange requests (_nonblocking.compose):
+# Each is a Request made of ineighbor_exchange requests (_requests.compose):
 # the start makes the blocking op's checks, packs its messages and posts
 # them; the wait unpacks them as the blocking op does. Derivatives and vmap
 # are those of the parts: ineighbor_exchange's JVP (a tangent request beside
@@ -552,84 +549,54 @@ def _exchanges(info, sends, sources, dests, avals, tag):
     without pairs where there is no message, so that every start has a
     request (a Request never waited is then reported as any other)."""
     starts = []
-    for a in range(0, len(sends), MAX_REQUEST_PAIRS):
-        b = a + MAX_REQUEST_PAIRS
+    for a in range(0, len(sends), PAIRS_PER_REQUEST):
+        b = a + PAIRS_PER_REQUEST
         starts.append(("ineighbor_exchange", tuple(sends[a:b]), dict(
-            comm=info, sources=tuple(sources[a:b]), dests=tuple(dests[a:b]),
+            comm=info, sources=_peers(sources[a:b]), dests=_peers(dests[a:b]),
             tag=tag + a, recv_avals=tuple(avals[a:b]))))
     return starts or [("ineighbor_exchange", (), dict(
         comm=info, sources=(), dests=(), tag=tag, recv_avals=()))]
 
 
 def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
-    """Start filling the halo of this rank's block of a grid decomposed over
-    a Cartesian communicator; ``wait`` on the request completes it.
+    """Start filling the halo of this rank's block of a Cartesian grid.
 
-    The non-blocking form of ``halo_exchange``, with its arguments and
-    checks: the start makes the local periodic copies (a block that is its
-    own neighbour), cuts the rims and posts every message (one per
-    neighbour and dtype; an ``ineighbor_exchange`` request per 15); the wait
-    writes the received pieces into the halo and returns what
+    The non-blocking form of ``halo_exchange``, with its arguments and checks:
+    the start makes the local periodic copies, cuts the rims and posts every
+    message (MPI_Irecv and MPI_Isend; an ``ineighbor_exchange`` request per
+    15); the wait writes the received pieces into the halo and returns what
     ``halo_exchange`` returns, bitwise. Between the two, work that does not
-    read the halo runs while the messages travel (a stencil's interior).
-    Differentiable (a backward request per request, posted where the
-    forward wait was: the halo's cotangents go back and are added into the
-    owners' rims, as for ``halo_exchange``); under ``vmap``, one start for
-    the whole batch.
+    read the halo runs while the messages travel.
 
     Args:
-        x: the block with its halo (an array with at least N axes, N the
-            communicator's number of dimensions), or a list or tuple of such
-            arrays, all exchanged by one request. Neighbouring blocks must
-            agree in size along the faces they share.
-        comm: an mpi4py Cartesian communicator
-            (``MPI.COMM_WORLD.Create_cart(dims, periods)``).
-        width: the halo's width: an int for every grid axis, or a sequence
-            of N ints (0: no halo along that axis).
-        tag: messages use tags ``tag`` to ``tag + messages - 1``.
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: the block with its halo (at least N axes), or a list or tuple.
+        comm: an mpi4py Cartesian communicator (``Create_cart``).
+        width: the halo's width: an int, or one int per grid axis (0: none).
+        tag: the messages use tags ``tag`` to ``tag + messages - 1``.
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the messages in flight, their buffers and the
-        block (its local periodic copies made); ``wait`` on it returns
-        ``x`` with its halo filled (a list or tuple of arrays where ``x``
-        is one), same shape and dtype, as ``halo_exchange`` does.
+        A ``Request``; ``wait`` on it returns ``x`` with its halo filled, as
+        ``halo_exchange`` does.
 
     Raises:
-        TypeError: ``comm`` has no Cartesian topology, ``x`` is not an
-            array (or a list or tuple of arrays), ``width`` or ``tag`` is
-            not a static int, or ``token`` is not a token.
-        ValueError: a width is negative, ``width`` has not N entries, ``x``
-            has fewer than N axes, or an axis is shorter than three widths
-            (the halo on both sides and a rim to send), or a tag is out of
-            range.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use ``halo_exchange``).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message), or 4096
-            requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``). Errors of the communication itself (a
-            neighbour's face of another size, a watchdog timeout) are
-            raised by ``wait``.
+        TypeError: ``comm`` has no Cartesian topology, or ``width`` is not a
+            static int (or a sequence of them).
+        ValueError: a width is negative, ``width`` has not N entries, ``x`` has
+            fewer than N axes or an axis shorter than three widths, or a tag is
+            out of range.
 
     Example:
-        A periodic 2-D grid over all ranks, blocks of 64 x 64 cells with a
-        one-cell halo, the interior updated while the halo travels::
+        The interior of a stencil updated while the halo travels:
 
-            dims = MPI.Compute_dims(MPI.COMM_WORLD.Get_size(), 2)
-            cart = MPI.COMM_WORLD.Create_cart(dims, periods=[True, True])
             req = mpx.ihalo_exchange(u, cart)
-            inner = stencil(u)[1:-1, 1:-1]      # reads no halo
-            u = mpx.wait(req)                   # halo filled
-            req, token = jaxmpi.ihalo_exchange(u, cart, width=1)  # token API
-            u, token = jaxmpi.wait(req, token=token)
+            inner = stencil(u)[1:-1, 1:-1]  # reads no halo
+            u = mpx.wait(req)               # halo filled
     """
     fn = "ihalo_exchange"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token, grid_ok=True)
     arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
-    _join(tok)
+    join(tok)
     out, sends = halo.pack(arrays)
     sources, dests, avals = halo.pairs(sends)
     return compose(fn, _exchanges(info, sends, sources, dests, avals,
@@ -638,80 +605,51 @@ def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
 
 def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
                         token=None) -> Request:
-    """Start exchanging variable-size blocks with this rank's neighbours in
-    a process topology; ``wait`` on the request completes it.
+    """Start exchanging variable-size blocks with the topology's neighbours.
 
-    The non-blocking form of ``neighbor_alltoallv``, with its arguments,
-    checks and neighbour order: block ``j`` of ``x`` (``sendcounts[j]``
-    rows) goes to out-neighbour ``j``; block ``i`` of the result
-    (``recvcounts[i]`` rows) comes from in-neighbour ``i``. Made of
-    ``ineighbor_exchange`` requests: on a Cartesian communicator one per 15
-    directions (tags ``tag + k``, as ``neighbor_alltoallv``); on a graph
-    one per in- or out-neighbour (``max(in-degree, out-degree)`` requests,
-    each a receive and a send with the one tag ``tag``: repeated edges
-    between two ranks match in the order each side lists them, as in MPI).
-    A block from ``MPI.PROC_NULL`` is zeros. Differentiable (the reverse
-    exchange, counts swapped, as backward requests) and batchable (one
-    start for the whole batch).
+    The non-blocking form of ``neighbor_alltoallv``, with its arguments, checks
+    and neighbour order, made of ``ineighbor_exchange`` requests (MPI_Irecv and
+    MPI_Isend): on a Cartesian communicator one per 15 directions, on a graph
+    one per in- or out-neighbour, each with the one tag ``tag`` (repeated edges
+    between two ranks match in the order each side lists them). Block ``j`` of
+    ``x`` (``sendcounts[j]`` rows) goes to out-neighbour ``j``; block ``i`` of
+    the result (``recvcounts[i]`` rows) comes from in-neighbour ``i``, in MPI's
+    neighbourhood order: a distributed graph's ``Get_dist_neighbors()``, a
+    graph's ``Get_neighbors(rank)``, a Cartesian communicator's 2N face
+    neighbours (per dimension the negative, then the positive one). A block
+    from ``MPI.PROC_NULL`` is zeros.
 
     Args:
-        x: the array to send, of shape ``(sum(sendcounts), *s)``.
-        sendcounts: rows sent to each out-neighbour (static ints >= 0, one
-            per destination).
-        recvcounts: rows received from each in-neighbour (static ints >= 0,
-            one per source); each must equal what that neighbour sends.
-        comm: an mpi4py communicator with a distributed-graph
-            (``Create_dist_graph_adjacent``), graph or Cartesian
-            (``Create_cart``) topology.
-        tag: the messages' tag (a Cartesian communicator's use ``tag`` to
-            ``tag + 2N - 1``, one per direction).
-        token: optional: a token from an earlier jaxmpi call (or
-            ``jax.lax.create_token()``) to order this call after. Calls
-            are ordered without tokens; one given is joined to that order.
+        x: the blocks to send, shape ``(sum(sendcounts), *s)``.
+        sendcounts: the rows sent to each out-neighbour (static ints >= 0).
+        recvcounts: the rows received from each in-neighbour (static ints).
+        comm: a communicator with a (distributed) graph or Cartesian topology.
+        tag: the messages' tag (Cartesian: ``tag`` to ``tag + 2N - 1``).
+        token: a token to order this call after (optional, never needed).
 
     Returns:
-        A ``Request`` holding the messages in flight and their buffers;
-        ``wait`` on it returns an array of shape ``(sum(recvcounts), *s)``
-        and ``x``'s dtype: the blocks received, in the order of the
-        in-neighbours, as ``neighbor_alltoallv`` does.
+        A ``Request``; ``wait`` on it returns the blocks received, in the in-
+        neighbours' order, as ``neighbor_alltoallv`` does.
 
     Raises:
-        TypeError: ``comm`` has no topology, ``x`` is not an array, a count
-            or ``tag`` is not a static int, or ``token`` is not a token.
-        ValueError: ``x`` is a scalar, ``sendcounts`` or ``recvcounts`` has
-            not one entry per neighbour, a count is negative,
-            ``sum(sendcounts)`` is not ``x.shape[0]``, a rank has more than
-            32 in- or out-neighbours, or a tag is out of range.
-        NotImplementedError: the call is compiled for a GPU (non-blocking
-            operations run on CPU only so far: use ``neighbor_alltoallv``).
-        jax.errors.JaxRuntimeError: when the start runs: an MPI error
-            (naming the op, the rank, the peer and MPI's message), or 4096
-            requests of this process already in flight
-            (``RESOURCE_EXHAUSTED``). Errors of the communication itself (a
-            block of another size than its recvcount, a watchdog timeout)
-            are raised by ``wait``.
+        TypeError: ``comm`` has no topology, or a count is not a static int.
+        ValueError: ``x`` is a scalar or has not ``sum(sendcounts)`` rows, a
+            count list has not one entry >= 0 per neighbour, a rank has more
+            than 32 in- or out-neighbours, or a tag is out of range.
 
     Example:
-        A ring as a distributed graph, rank r sending r + 1 rows right and
-        2 left::
+        A ring as a distributed graph:
 
-            left, right = (rank - 1) % size, (rank + 1) % size
-            ring = MPI.COMM_WORLD.Create_dist_graph_adjacent(
-                [left, right], [left, right])
-            x = jnp.ones((2 + rank + 1, 3))
             req = mpx.ineighbor_alltoallv(x, [2, rank + 1], [left + 1, 2],
                                           comm=ring)
-            z = compute(w)                      # while the blocks travel
-            y = mpx.wait(req)                   # (left + 3, 3) rows
-            req, token = jaxmpi.ineighbor_alltoallv(     # token API
-                x, [2, rank + 1], [left + 1, 2], comm=ring)
-            y, token = jaxmpi.wait(req, token=token)
+            z = compute(w)                  # while the blocks travel
+            y = mpx.wait(req)
     """
     fn = "ineighbor_alltoallv"
-    info, tok = _begin(fn, comm, token)
+    info, tok = begin(fn, comm, token, grid_ok=True)
     x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
         _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
-    _join(tok)
+    join(tok)
 
     blocks = _blocks(x, sendcounts)
     received = _Received(len(sources), tuple(x.shape[1:]), x.dtype, cartesian)

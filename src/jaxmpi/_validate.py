@@ -12,8 +12,12 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _dtypes
-from . import _jax_compat as _jcore
-from ._effect import abstract_token
+from . import _jax_compat as jc
+from ._devices import DeviceCart, per_device
+from ._errors import (MPI4JAX_COMM_TYPES, MPI4JAX_LEADING_DIM,
+                      MPI4JAX_OP_TYPES, MPI4JAX_STATUS_TYPES,
+                      MPI4JAX_TOKEN_TYPES, MULTI_DEVICE_HELP,
+                      UnsupportedDtypeError, mpi4jax_type)
 
 
 class _MPIConstant(int):
@@ -47,9 +51,14 @@ class CommInfo:
     rank: int
     size: int
     tag_ub: int
+    # Inside shard_map over several devices (_devices): their number and the
+    # communicator of each mesh position (a DeviceCart's: of each pair).
+    devices: int = 0
+    comms: tuple = ()
 
     def __repr__(self):
-        return f"Comm(rank={self.rank}, size={self.size})"
+        more = f", devices={self.devices}" if self.devices else ""
+        return f"Comm(rank={self.rank}, size={self.size}{more})"
 
 
 @dataclass(frozen=True)
@@ -75,9 +84,22 @@ def default_comm():
     return _default_comm
 
 
-def comm_info(comm, fn: str) -> CommInfo:
+def comm_info(comm, fn: str, grid_ok: bool = False) -> CommInfo:
+    """``comm`` as primitives see it; inside shard_map over several devices,
+    with the communicators of the mesh positions (``grid_ok``: a
+    DeviceCart is welcome, the topology operations')."""
     if comm is None:
         comm = _default_comm
+    grid = None
+    if isinstance(comm, DeviceCart):
+        if not grid_ok:
+            raise TypeError(
+                f"{fn}: comm is a DeviceCart, which the halo and neighbour "
+                "operations take (halo_exchange, ihalo_exchange, "
+                "neighbor_alltoallv, ineighbor_alltoallv); pass its process "
+                "communicator (DeviceCart.cart) here: inside shard_map each "
+                "device calls MPI between the shards at its mesh position")
+        grid, comm = comm, comm.cart
     if not isinstance(comm, MPI.Comm):
         raise TypeError(
             f"{fn}: comm must be an mpi4py intracommunicator (MPI.Intracomm) or "
@@ -99,8 +121,9 @@ def comm_info(comm, fn: str) -> CommInfo:
     # MPI errors come back as error codes (then Python exceptions), never as
     # an abort.
     comm.Set_errhandler(MPI.ERRORS_RETURN)
-    return CommInfo(MPI._handleof(comm) & 0xFFFFFFFFFFFFFFFF, comm.Get_rank(),
+    info = CommInfo(MPI._handleof(comm) & 0xFFFFFFFFFFFFFFFF, comm.Get_rank(),
                     comm.Get_size(), _tag_ub())
+    return per_device(info, comm if grid is None else grid, fn)
 
 
 def _tag_ub() -> int:
@@ -113,8 +136,8 @@ def _tag_ub() -> int:
 def is_token(x) -> bool:
     """A JAX token, concrete or traced."""
     if isinstance(x, jax.core.Tracer):
-        return isinstance(getattr(x, "aval", None), _jcore.AbstractToken)
-    return isinstance(x, _jcore.Token)
+        return isinstance(getattr(x, "aval", None), jc.AbstractToken)
+    return isinstance(x, jc.Token)
 
 
 def _short(x, limit: int = 200) -> str:
@@ -173,23 +196,6 @@ def single_device(x, fn: str, name: str) -> None:
             f"({', '.join(sorted(map(str, devices)))}; sharding {sharding}). "
             + MULTI_DEVICE_HELP
         )
-
-
-MULTI_DEVICE_HELP = (
-    "jaxmpi needs one JAX device per MPI process: each MPI rank owns one "
-    "device, and jaxmpi communicates between ranks, not between the devices "
-    "of one process. To get one device per process: on the CPU, leave out "
-    "XLA_FLAGS=--xla_force_host_platform_device_count=N or set it to 1 "
-    "(JAX_PLATFORMS=cpu); on GPUs, start one rank per GPU and give each "
-    "rank its own with CUDA_VISIBLE_DEVICES=<local rank> (e.g. from "
-    "MPI's local-rank variable in a wrapper script), or use "
-    "jax.devices()[i] and keep every array of jaxmpi calls on it. Sharded "
-    "arrays: run one MPI rank per device and give each rank its shard (or "
-    "move the array onto one device first, e.g. "
-    "jax.device_put(x, jax.devices()[0])); under jax.jit, do not give "
-    "in_shardings/out_shardings over several devices to a function that "
-    "calls jaxmpi. See docs/apis.md (one JAX device per MPI process)."
-)
 
 
 def array(x, fn: str, name: str = "x"):
@@ -327,9 +333,9 @@ def token_arg(token, fn: str):
     if token is None:
         return None
     if isinstance(token, jax.core.Tracer):
-        ok = getattr(token, "aval", None) is abstract_token
+        ok = getattr(token, "aval", None) is jc.abstract_token
     else:
-        ok = isinstance(token, _jcore.Token)
+        ok = isinstance(token, jc.Token)
     if not ok:
         hint = ""
         if isinstance(token, (tuple, list)) and any(map(is_token, token)):
@@ -352,39 +358,6 @@ def leading_dim(x, fn: str, name: str, size: int) -> None:
             f"communicator size {size}, got shape {tuple(x.shape)}"
             + MPI4JAX_LEADING_DIM.get(fn, "")
         )
-
-
-# ---- mpi4jax's wording (issue 12, item 7) -----------------------------------
-# Where mpi4jax raises for a misuse, jaxmpi raises the same exception type and
-# its message ends with mpi4jax's words, so code matching mpi4jax's messages
-# keeps working. The type checks are mpi4jax's @enforce_types
-# (mpi4jax/_src/validation.py): "<fn> got unexpected type for argument
-# "<arg>" (expected: <types>, got: <type(value)>)." and, for a tracer, its
-# static_argnums hint; <types> as mpi4jax prints them.
-MPI4JAX_COMM_TYPES = "['NoneType', 'Intracomm', 'HashableMPIType']"
-MPI4JAX_OP_TYPES = "['Op', 'HashableMPIType']"
-MPI4JAX_STATUS_TYPES = "['NoneType', 'Status', 'HashableMPIType']"
-MPI4JAX_TOKEN_TYPES = "['NoneType', 'Token', 'Tracer']"  # mpi4jax < 0.8
-MPI4JAX_TRACER_HINT = (
-    "\n\nAn abstract tracer was passed where a concrete value is expected. "
-    "Try using the static_argnums argument of jax.jit.")
-MPI4JAX_LEADING_DIM = {
-    "scatter": " (mpi4jax: Scatter input must have shape (nproc, ...))",
-    "alltoall": " (mpi4jax: Alltoall input must have shape (nproc, ...))",
-}
-
-
-def mpi4jax_type(fn: str, arg: str, expected: str, value) -> str:
-    """mpi4jax's words for an argument of the wrong type, to append."""
-    hint = MPI4JAX_TRACER_HINT if isinstance(value, jax.core.Tracer) else ""
-    return (f' (mpi4jax: {fn} got unexpected type for argument "{arg}" '
-            f"(expected: {expected}, got: {type(value)}).{hint})")
-
-
-class UnsupportedDtypeError(TypeError, RuntimeError):
-    """An array of a dtype jaxmpi has no MPI datatype for. A TypeError (a
-    wrong argument), and a RuntimeError as mpi4jax raises for it ("Unknown
-    MPI type for dtype ...")."""
 
 
 def counts_arg(value, fn: str, name: str, comm: CommInfo) -> tuple:

@@ -44,7 +44,14 @@ import time
 import types
 import zipfile
 
-# Checked before jaxmpi (hence MPI) is touched: see _check_no_real_mpi4jax.
+import jaxmpi
+from mpi4py import MPI
+
+from . import notoken
+from ._version import __version__ as jaxmpi_version
+
+# A real mpi4jax already imported is refused before the alias is installed
+# (_check_no_real_mpi4jax).
 
 # The mpi4jax releases whose public API each choice mirrors: 0.9.1 is the
 # newest (its API is 0.8.0's), 0.7.2 the last to return tokens.
@@ -95,8 +102,6 @@ def _check_no_real_mpi4jax() -> None:
 def _version(mirrored: str) -> str:
     """mpi4jax's version string: the mirrored release, marked as jaxmpi's
     (a PEP 440 local label, so version comparisons see the release)."""
-    from . import __version__ as jaxmpi_version
-
     label = ".".join(p for p in re.split(r"[^0-9A-Za-z]+", jaxmpi_version) if p)
     return f"{mirrored}+jaxmpi.{label}"
 
@@ -164,8 +169,6 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return ("mpi4jax",)
 
     def _what(self) -> str:
-        from . import __version__ as jaxmpi_version
-
         if self.tokens:
             return (f"jaxmpi {jaxmpi_version} standing in for mpi4jax "
                     f"{TOKEN_API_VERSION}: mpi4jax < 0.8's API, operations "
@@ -193,9 +196,6 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return spec
 
     def create_module(self, spec):
-        from . import notoken
-        import jaxmpi
-
         name = spec.name
         module = types.ModuleType(name)
         module.__doc__ = f"{name}: {self._what()}."
@@ -366,8 +366,6 @@ def _missing_target(kind: str, target: str):
 
 def _abort_wanted() -> bool:
     # The rule of jaxmpi's exception hook (docs/troubleshooting.md).
-    from mpi4py import MPI
-
     value = os.environ.get("JAXMPI_ABORT_ON_ERROR", "").strip().lower()
     if value in ("0", "false", "no", "off"):
         return False
@@ -379,8 +377,6 @@ def _abort_wanted() -> bool:
 def _abort(status: int, what=None) -> None:
     """End every rank of the job with ``status`` (MPI_Abort), after a
     moment for the launcher to forward what was printed."""
-    from mpi4py import MPI
-
     if not MPI.Is_initialized() or MPI.Is_finalized():
         return
     sys.stdout.flush()
@@ -431,8 +427,6 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     # The imported module, not this __main__ copy, keeps the alias's state.
-    from jaxmpi import mpi4jax as _module
-
-    sys.exit(_module.main())
+    sys.exit(importlib.import_module("jaxmpi.mpi4jax").main())
 else:
     install()

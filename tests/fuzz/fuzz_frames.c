@@ -126,6 +126,24 @@ static CUresult f_memset(CUdeviceptr d, unsigned char v, size_t n,
   if (!rc) memset((void *)(uintptr_t)d, v, n);
   return rc;
 }
+/* The non-blocking starts' calls (tests/fuzz/gpu_requests.c runs those):
+ * present, so that the table is whole. */
+static CUresult f_memset32(CUdeviceptr d, unsigned v, size_t n, CUstream st) {
+  (void)st;
+  CUresult rc = fake_rc();
+  for (size_t i = 0; !rc && i < n; i++)
+    memcpy((char *)(uintptr_t)d + 4 * i, &v, 4);
+  return rc;
+}
+static CUresult f_stream_create(CUstream *s, unsigned f) {
+  (void)f;
+  *s = (CUstream)64;
+  return fake_rc();
+}
+static CUresult f_stream_wait(CUstream s, CUevent e, unsigned f) {
+  (void)s; (void)e; (void)f;
+  return fake_rc();
+}
 static CUresult f_event_create(CUevent *e, unsigned f) {
   (void)f;
   CUresult rc = fake_rc();
@@ -152,7 +170,9 @@ static const jm_cu_api fake_cuda = {
     .StreamSynchronize = f_sync, .MemHostAlloc = f_host_alloc,
     .MemFreeHost = f_free_host, .MemcpyDtoHAsync = f_dtoh,
     .MemcpyHtoDAsync = f_htod, .MemcpyDtoDAsync = f_dtod,
-    .MemsetD8Async = f_memset, .EventCreate = f_event_create,
+    .MemsetD8Async = f_memset, .MemsetD32Async = f_memset32,
+    .StreamCreate = f_stream_create, .StreamWaitEvent = f_stream_wait,
+    .EventCreate = f_event_create,
     .EventRecord = f_event_record, .EventSynchronize = f_event_sync,
     .EventDestroy = f_event_destroy};
 

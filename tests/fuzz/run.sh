@@ -3,6 +3,8 @@
 # (tests/fuzz/fuzz_frames.c, with ASan and UBSan) and run it for a bounded
 # time. Any crash, sanitizer report or leak fails the run; the input that
 # caused it is left in $OUT (reproduce: $OUT/fuzz_frames $OUT/crash-...).
+# First, the GPU path of the non-blocking operations (gpu_requests.c, a
+# deterministic harness) under the same sanitizers.
 #
 #   tests/fuzz/run.sh [SECONDS]      default 60
 #
@@ -26,6 +28,14 @@ mkdir -p "$OUT/corpus"
 clang -std=c11 -g -O1 -Wall -Wextra -Werror \
   -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
   -I csrc -I "$INC" tests/fuzz/fuzz_frames.c csrc/*.c -ldl -o "$OUT/fuzz_frames"
+# The non-blocking operations' GPU path over a stand-in CUDA driver and MPI
+# (deterministic: every scenario once), under the same sanitizers.
+clang -std=c11 -g -O1 -Wall -Wextra -Werror \
+  -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+  -I csrc -I "$INC" tests/fuzz/gpu_requests.c csrc/*.c -ldl -lpthread \
+  -o "$OUT/gpu_requests"
+"$OUT/gpu_requests" 2> "$OUT/gpu_requests.log" \
+  || { tail -60 "$OUT/gpu_requests.log"; exit 1; }
 echo "fuzzing the FFI boundary for ${SECS}s"
 cd "$OUT"
 ./fuzz_frames -max_total_time="$SECS" -max_len=1024 -print_final_stats=1 corpus > fuzz.log 2>&1 \

@@ -90,3 +90,46 @@ def test_shallow_water_weak_scaling_grows_the_grid_with_the_ranks(tmp_path):
     kind, ranks, series = plot_scaling.parse(strong)
     assert (kind, ranks) == ("strong", [1, 2, 4, 8, 16])
     assert series["jaxmpi-fused"][-1] == 10.4 and series["mpi4jax"][-1] == 8.0, series
+
+
+def test_devices_benchmark_prints_its_tables_and_targets():
+    """benchmarks/devices.py, tiny (2 processes x 2 devices, two sizes, one
+    repeat, the loop and jaxmpi.jit modes; (b)'s column of the latter is its
+    jax.jit call, measured for it): its three jobs start, each op's result matches NumPy on every
+    shard (the driver stops otherwise), and it prints a table per op and
+    mode with both ratios, and the TARGET lines (none for the control)."""
+    env = dict(os.environ)
+    for k in [k for k in env if k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))]:
+        del env[k]
+    env.update(san_env(), JAXMPI_LAUNCH=shlex.join(launcher()))
+    cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "devices.py"), "--procs", "2",
+           "--devices", "2", "--sizes", "4,4096", "--modes", "loop,region", "--repeats", "1",
+           "--target", "0.001", "--timeout", "300"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-6000:]
+    assert "2 processes x 2 devices; (c) 4 single-device ranks" in out, out
+    lines = out.splitlines()
+    titles = [line for line in lines if line.endswith(": median us per op")]
+    for op in ("allreduce over the processes", "allreduce over all shards",
+               "ring: 1-D periodic halo exchange", "control, no communication"):
+        for mode in ("jitted loop (time / k", "per call through jaxmpi.jit"):
+            assert sum(t.startswith(op) and mode in t for t in titles) == 1, (op, mode, out)
+    # the control's CPU time per op, beside its wall time
+    assert sum(t.startswith("control, no communication") and "CPU time per op" in t
+               for t in titles) == 1, out
+    heads = [i for i, line in enumerate(lines) if line.split()[:1] == ["size"]]
+    assert len(heads) == 9, out  # 4 ops x 2 modes, and the control's CPU time
+    for i in heads:
+        assert lines[i].split()[-2:] == ["(a)/(b)", "(a)/(c)"], lines[i]
+        for row, size in zip(lines[i + 1:i + 3], ("4 B", "4 KiB")):
+            cells = row.split()
+            assert row.strip().startswith(size), (row, out)
+            # three times in us and two ratios, all positive numbers
+            assert len(cells) == 2 + 5 and all(float(c) > 0 for c in cells[2:]), row
+    targets = [line for line in lines if line.startswith("TARGET ")]
+    # 10x (b): 3 ops x 2 modes (not the control); 1.2x (c): no size in range
+    assert len(targets) == 6 + 1, out
+    assert "TARGET at most 1.2x (c) from 1 MiB: not judged" in out, out
+    assert "TARGETS 10x faster than (b) up to 64 KiB: met in " in out, out

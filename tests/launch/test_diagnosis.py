@@ -10,6 +10,9 @@ import textwrap
 
 import pytest
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("jax_dependent",)
+
 
 def write(tmp_path, text, name="script.py"):
     path = tmp_path / name

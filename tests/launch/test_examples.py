@@ -2,6 +2,9 @@
 
 import re
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("mpi_dependent", "jax_dependent", "sanitized")
+
 
 def test_allreduce_example_prints_sixes(mpirun):
     job = mpirun(4, "examples/seed_allreduce.py")

@@ -13,6 +13,8 @@ import pytest
 
 from conftest import ROOT
 
+SUITES = ("jax_dependent",)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 APP = os.path.join("tests", "launch", "mpi4jax_app.py")
 ALIAS_FILE = os.path.join("jaxmpi", "mpi4jax.py")

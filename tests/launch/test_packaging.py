@@ -16,6 +16,9 @@ import sys
 import pytest
 from conftest import ROOT, san_env
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("mpi_dependent", "jax_dependent")
+
 SRC = os.path.join(ROOT, "src", "jaxmpi")
 
 

@@ -1,11 +1,17 @@
 """Whole-process behaviour: exit never hangs, the debug log, diagnostics,
 MPI errors become exceptions, and the large-count paths."""
 
+import importlib.util
 import os
 import re
 import textwrap
 
 import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("mpi_dependent", "jax_dependent", "sanitized")
 
 SCRIPT_EXIT = textwrap.dedent("""
     from mpi4py import MPI
@@ -65,11 +71,18 @@ def test_wrong_abi_is_a_clear_error(mpirun, tmp_path):
     assert "JAXMPI_MPI_ABI='nonsense' is not one of" in job.stderr, job
 
 
+def _suite(name):
+    """The files of a suite of tests/mpi (tests/suites.py)."""
+    spec = importlib.util.spec_from_file_location(
+        "suites", os.path.join(ROOT, "tests", "suites.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.files(name)
+
+
+# The op suite's files (SUITES = (..., "large_count", ...) in each).
 SUITE = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-         "tests/mpi/test_collectives.py", "tests/mpi/test_p2p.py",
-         "tests/mpi/test_vcollectives.py",
-         "tests/mpi/test_reduce_scatter_exscan.py",
-         "-k", "not order_without_tokens"]
+         *_suite("large_count"), "-k", "not order_without_tokens"]
 
 
 @pytest.mark.skipif(os.environ.get("JAXMPI_TEST_LARGE_COUNT", "1") == "0",

@@ -14,6 +14,9 @@ import pytest
 
 from conftest import launcher
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("mpi_dependent", "sanitized")
+
 PRELUDE = """
 import os, sys, signal, time
 from mpi4py import MPI

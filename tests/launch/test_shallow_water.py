@@ -5,10 +5,12 @@ meander grows).
 
 The grid is 96 x 48 cells, so that 1, 2, 3 and 4 ranks split it as 1 x 1,
 1 x 2, 3 x 1 and 2 x 2 blocks: y neighbours, distinct x neighbours, and
-corners that travel to diagonal neighbours are all exercised."""
+corners that travel to diagonal neighbours are all exercised. With
+--devices, 1 and 2 processes of 2 devices each split it as 2 and 4 ranks do."""
 
 import importlib.util
 import os
+import re
 
 import numpy as np
 import pytest
@@ -19,17 +21,26 @@ LONG = "0.5"  # model days for the physics
 _runs = {}
 
 
-def run_model(mpirun, tmp_path_factory, n, exchange, days, backend="jaxmpi"):
-    key = (n, exchange, days, backend)
+def run_model(mpirun, tmp_path_factory, n, exchange, days, backend="jaxmpi", devices=None):
+    """The saved run of n processes (with `devices` JAX devices each, or
+    the plain one-device program), and its stdout as "stdout"."""
+    key = (n, exchange, days, backend, devices)
     if key not in _runs:
-        out = str(tmp_path_factory.mktemp("sw") / f"n{n}-{backend}-{exchange}-{days}.npz")
+        name = f"n{n}-d{devices}-{backend}-{exchange}-{days}.npz"
+        out = str(tmp_path_factory.mktemp("sw") / name)
+        more, env = (), None
+        if devices is not None:
+            # CPU devices (--devices sets their count); several GPUs per
+            # process are not supported.
+            more, env = ("--devices", str(devices)), {"JAX_PLATFORMS": "cpu"}
         job = mpirun(n, "examples/shallow_water.py", "--grid", *GRID, "--days", days,
                      "--backend", backend, "--exchange", exchange, "--out", out,
-                     timeout=600)
+                     *more, env=env, timeout=600)
         assert job.returncode == 0, job
         assert os.path.exists(out), job
         with np.load(out) as f:
             _runs[key] = {k: f[k] for k in f.files}
+        _runs[key]["stdout"] = job.stdout
     return _runs[key]
 
 
@@ -94,6 +105,42 @@ def test_mpi4jax_backend_gives_the_same_solution(mpirun, tmp_path_factory):
     ours = run_model(mpirun, tmp_path_factory, 2, "sendrecv", SHORT)
     theirs = run_model(mpirun, tmp_path_factory, 2, "sendrecv", SHORT, backend="mpi4jax")
     assert_close_state(ours, theirs, "mpi4jax vs jaxmpi on 2 ranks")
+
+
+@pytest.mark.parametrize("procs,devices,exchange,layout", [
+    # 1 process, a 2 x 1 mesh: the y neighbour is the other device, x wraps.
+    (1, 2, "halo", (1, 2)),
+    # 1 x 2 processes of 1 x 2 devices: the x neighbours are the process's
+    # other device, the y one the other process's device at the same
+    # position, the corners its device at the other position.
+    (2, 2, "halo", (2, 2)),
+    (2, 2, "overlap", (2, 2)),   # ihalo_exchange, computing while in flight
+])
+def test_devices_per_process_same_as_one_device_per_rank(mpirun, tmp_path_factory,
+                                                         procs, devices, exchange, layout):
+    # P processes x n devices hold the blocks of P * n one-device ranks: the
+    # same float32 operations per cell, so bitwise the same state.
+    ranks = run_model(mpirun, tmp_path_factory, procs * devices, exchange, SHORT)
+    mesh = run_model(mpirun, tmp_path_factory, procs, exchange, SHORT, devices=devices)
+    assert (int(mesh["px"]), int(mesh["py"]), int(mesh["devices"])) == (*layout, devices)
+    assert np.isfinite(mesh["final"]).all()
+    assert_same_state(ranks, mesh, f"{procs} processes x {devices} devices vs "
+                                   f"{procs * devices} ranks, {exchange} exchange")
+    # The summary reduces over every block (allreduce with axis_name): the
+    # largest |u| exactly, the mean depth to float32 sums' round-off.
+    for run in (ranks, mesh):
+        got = re.search(r"mean depth (\S+) m, max \|u\| (\S+) m/s", run["stdout"])
+        assert got, run["stdout"]
+        h, u = run["final"][0], run["final"][1]
+        assert np.float32(got[2]) == np.abs(u).max(), (got[0], np.abs(u).max())
+        assert abs(float(got[1]) - h.astype(np.float64).mean()) < 1e-4, (got[0], h.mean())
+
+
+def test_devices_need_a_halo_exchange_on_the_blocks(mpirun):
+    job = mpirun(1, "examples/shallow_water.py", "--devices", "2", "--exchange",
+                 "sendrecv", "--out", "none", timeout=300)
+    assert job.returncode == 2, job
+    assert "--devices needs --exchange halo or overlap, got sendrecv" in job.stderr, job
 
 
 def diagnostics(state, f):

@@ -4,6 +4,9 @@ under MPI_THREAD_MULTIPLE threads are allowed."""
 
 import pytest
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("jax_dependent",)
+
 SCRIPT = r"""
 import sys, threading
 import mpi4py

@@ -7,6 +7,9 @@ import re
 
 import pytest
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("mpi_dependent",)
+
 
 @pytest.mark.skipif(bool(os.environ.get("JAXMPI_SAN_ENV")),
                     reason="ASan's quarantine holds freed memory: RSS grows")

@@ -14,6 +14,9 @@ import pytest
 
 from conftest import ROOT, san_env
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("jax_dependent",)
+
 
 def write(tmp_path, text, name="script.py"):
     path = tmp_path / name

@@ -13,6 +13,9 @@ from mpi4py import MPI
 from jaxmpi import notoken as mpx
 from util import DOWN, LEFT, RANK, RIGHT, SIZE, UP, Later
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("across_hosts",)
+
 
 def _below(X, r):
     """Rank r's input on the line going up: rank r - 1's, zeros at 0."""

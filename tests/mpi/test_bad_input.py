@@ -22,6 +22,9 @@ from jaxmpi import notoken as mpx
 from jaxmpi._validate import reserved_tag_bit
 from util import RANK, SIZE, sender_first
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("c_core", "mpi_errors")
+
 X = jnp.ones((SIZE, 2), jnp.float32)
 TAG_UB = MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)
 TOP_TAG = reserved_tag_bit(TAG_UB) - 1

@@ -23,6 +23,9 @@ from jaxmpi import notoken as mpx
 from util import check_mode as util_check_mode
 from util import RANK, SIZE, sender_first
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("c_core", "mpi_errors")
+
 LAST = SIZE - 1
 two_ranks = pytest.mark.skipif(SIZE < 2, reason="ranks must disagree")
 CHECK_ERROR = (r"collective call #(\d+) on this communicator differs across "

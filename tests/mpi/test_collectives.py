@@ -12,6 +12,9 @@ from util import (DTYPE_IDS, DTYPES, MODES, RANK, REDUCTION_CASES,
                   REDUCTION_IDS, SIZE, Later, all_data, check, data, reduce_ref,
                   run)
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("large_count", "across_hosts", "c_core")
+
 SHAPE = (3, 2)
 TOTAL = SIZE * (SIZE - 1) // 2  # sum of the ranks
 

@@ -1,10 +1,11 @@
-"""Every public function documents itself: Args (every parameter),
-Returns, Raises and an Example; the token API's functions say they return
-``(result, token)`` (``send``/``barrier``: a token; the non-blocking starts
-``(request, token)``, ``waitall`` ``(results, token)``) and jaxmpi.notoken's
-the bare result (``send``/``barrier``: None), and they do; signatures show
-MPI's constant names, not their values. No communication (MPI.PROC_NULL
-peers only): the same at any rank count."""
+"""Every public function documents itself, briefly and truly: a one-line
+summary, the MPI call it makes, Args with one line per parameter, Returns
+in one or two lines, Raises with the function's own errors only (those
+every operation shares are written once, on the API reference page), and
+an Example that calls it. The token API's functions say they return
+``(result, token)`` (a token alone for None) and point to jaxmpi.notoken's,
+and they do; signatures show MPI's constant names, not their values. No
+communication (MPI.PROC_NULL peers only): the same at any rank count."""
 
 import inspect
 import pickle
@@ -17,75 +18,138 @@ import pytest
 from mpi4py import MPI
 
 import jaxmpi
-from jaxmpi import _nonblocking, notoken
-from jaxmpi._api import OPERATIONS
+from jaxmpi import _requests, notoken
 
 SECTIONS = ("Args:", "Returns:", "Raises:", "Example:")
-# Google style leaves out the sections a function has nothing for: no Args
-# without parameters, no Raises where nothing can raise.
-RAISES_NOTHING = ("jaxmpi.has_cuda_support", "jaxmpi.notoken.has_cuda_support",
-                  "jaxmpi.get_default_comm")
-NO_RESULT = ("send", "barrier")
-NONBLOCKING = _nonblocking.OPERATIONS  # the starts, wait and waitall
-STARTS = tuple(n for n in NONBLOCKING if n not in ("wait", "waitall"))  # Requests
-
-PUBLIC = sorted(
-    (f"{module.__name__}.{n}", getattr(module, n))
-    for module in (jaxmpi, notoken) for n in module.__all__
-    if callable(getattr(module, n))
-    and not inspect.isclass(getattr(module, n)))
+# Functions with no error of their own (only those the API reference lists
+# for every operation): no Raises section.
+NO_OWN_ERRORS = ("allgather", "iallgather", "barrier", "ibarrier",
+                 "has_cuda_support", "get_default_comm")
+# The operations: the names of notoken's list that take ``token=``.
+OPERATIONS = tuple(n for n in notoken.__all__ if "token" in inspect.signature(
+    getattr(notoken, n)).parameters)
+# Documented once, with their sections: jaxmpi.notoken's functions and
+# jaxmpi's own switches (jaxmpi.<operation> is the token API's form).
+DOCUMENTED = sorted(
+    {f"notoken.{n}": getattr(notoken, n) for n in notoken.__all__
+     if not inspect.isclass(getattr(notoken, n))}.items()) + [
+    (f"jaxmpi.{n}", getattr(jaxmpi, n))
+    for n in ("set_check", "set_timeout", "get_default_comm")]
+# Every parameter name of a public function: a Raises entry naming one the
+# function does not take was copied from another function.
+ALL_PARAMS = {p for _, fn in DOCUMENTED
+              for p in inspect.signature(fn).parameters}
+# Phrases of the errors every operation shares (docs/api.md): not repeated
+# in a function's own Raises.
+SHARED = ("is not an intracommunicator", "is not a token", "MPI's message",
+          "more than one device", "a list, tuple, dict", "a rank, root or tag",
+          "compiled for a GPU", "4096 requests")
 
 
 def test_public_functions_listed():
-    names = {name for name, _ in PUBLIC}
-    for op in (*OPERATIONS, *NONBLOCKING):
-        assert f"jaxmpi.{op}" in names and f"jaxmpi.notoken.{op}" in names
-    for fn in ("has_cuda_support", "get_default_comm", "set_check",
-               "set_timeout", "jit"):
-        assert f"jaxmpi.{fn}" in names
-    assert "jaxmpi.notoken.jit" in names
-    # Both APIs' operations, has_cuda_support and jit in both, jaxmpi's
-    # switches.
-    assert len(PUBLIC) == 2 * (len(OPERATIONS) + len(NONBLOCKING)) + 7
+    names = {n for n, _ in DOCUMENTED}
+    for op in OPERATIONS:
+        assert f"notoken.{op}" in names
+        assert getattr(jaxmpi, op).__wrapped__ is getattr(notoken, op)
+    for fn in ("has_cuda_support", "jit"):
+        assert f"notoken.{fn}" in names and getattr(jaxmpi, fn) is getattr(
+            notoken, fn)
+    # Every operation has its token-API form; the switches are jaxmpi's.
+    assert len(DOCUMENTED) == len(OPERATIONS) + 2 + 3
+    assert sorted(jaxmpi.__all__) == sorted(
+        [*OPERATIONS, "Request", "DeviceCart", "has_cuda_support", "jit",
+         "get_default_comm", "set_check", "set_timeout",
+         "MPIConfigurationError", "notoken"])
     # Request is public in both (a class: its docstring is checked below).
     assert "Request" in jaxmpi.__all__ and "Request" in notoken.__all__
-    assert jaxmpi.Request is notoken.Request is _nonblocking.Request
+    assert jaxmpi.Request is notoken.Request is _requests.Request
 
 
 def sections(doc):
-    """{section title: its text} of a Google-style docstring."""
-    out, title = {}, None
+    """{section title: its lines} of a Google-style docstring, and the text
+    before the first section."""
+    out, title, head = {}, None, []
     for line in inspect.cleandoc(doc).splitlines():
         if line.strip() in SECTIONS and not line.startswith(" "):
             title = line.strip()
             out[title] = []
         elif title:
             out[title].append(line)
-    return {k: textwrap.dedent("\n".join(v)).strip() for k, v in out.items()}
+        else:
+            head.append(line)
+    return {k: textwrap.dedent("\n".join(v)).strip() for k, v in out.items()
+            }, "\n".join(head).strip()
 
 
-@pytest.mark.parametrize("name,fn", PUBLIC, ids=[n for n, _ in PUBLIC])
+def entries(text):
+    """The entries of an Args or Raises section: (first line, continuation
+    lines)."""
+    out = []
+    for line in text.splitlines():
+        if line and not line.startswith(" "):
+            out.append([line, []])
+        else:
+            out[-1][1].append(line)
+    return out
+
+
+@pytest.mark.parametrize("name,fn", DOCUMENTED, ids=[n for n, _ in DOCUMENTED])
 def test_docstring_sections(name, fn):
     doc = inspect.getdoc(fn)
     assert doc, name
+    short = fn.__name__
     params = list(inspect.signature(fn).parameters)
     wanted = [s for s in SECTIONS
               if (s != "Args:" or params)
-              and (s != "Raises:" or name not in RAISES_NOTHING)]
+              and (s != "Raises:" or short not in NO_OWN_ERRORS)]
     positions = [doc.find("\n" + s + "\n") for s in wanted]
     assert all(p > 0 for p in positions), (name, positions)
     assert positions == sorted(positions), f"{name}: sections out of order"
-    sec = sections(doc)
+    sec, head = sections(doc)
+    assert set(sec) == set(wanted), (name, sorted(sec))
     for s in wanted:
-        assert sec.get(s), f"{name}: empty {s}"
-    # Args names every parameter; none without parameters.
-    for p in params:
-        assert re.search(rf"^{p}: \S", sec["Args:"], re.M), (name, p)
-    if not params:
-        assert "Args:" not in sec, name
-    # The example calls the function.
-    short = fn.__name__
+        assert sec[s], f"{name}: empty {s}"
+    # A summary line, then a blank line.
+    lines = doc.splitlines()
+    assert lines[0].strip() and not lines[1].strip(), (name, lines[:2])
+    if short in OPERATIONS:  # the MPI call it makes, before Args
+        assert re.search(r"\bMPI_[A-Z][a-z_]+", head), (name, head)
+    # Args: every parameter, in order, one line each.
+    if params:
+        args = entries(sec["Args:"])
+        assert [a.split(":")[0] for a, _ in args] == params, name
+        assert all(not more for _, more in args), (name, args)
+    # Returns: one or two lines.
+    assert 1 <= len(sec["Returns:"].splitlines()) <= 2, (name, sec["Returns:"])
+    # Raises: the function's own errors, each exception type once, naming
+    # only its own parameters.
+    if "Raises:" in sec:
+        raises = entries(sec["Raises:"])
+        types = [r.split(":")[0] for r, _ in raises]
+        assert len(types) == len(set(types)), (name, types)
+        text = " ".join(" ".join([r, *more]) for r, more in raises)
+        for named in re.findall(r"``(\w+)``", text):
+            assert named in params or named not in ALL_PARAMS, (name, named)
+        for phrase in SHARED:
+            assert phrase not in " ".join(text.split()), (name, phrase)
+    # The example calls the function, in a code block after a line of text
+    # (the site dedents the section: code alone would read as text).
     assert re.search(rf"\b{short}\(", sec["Example:"]), name
+    example = sec["Example:"].splitlines()
+    assert not example[0].startswith(" ") and any(
+        line.startswith("    ") for line in example), (name, example)
+    assert not any(line.rstrip().endswith("::") for line in example), (
+        name, "reST's '::' shows on the site")
+
+
+@pytest.mark.parametrize("name,fn", DOCUMENTED, ids=[n for n, _ in DOCUMENTED])
+def test_no_block_quotes(name, fn):
+    """A line starting with '>' (as in "mpi4jax >= 0.8" wrapped) renders as
+    a block quote on the documentation site."""
+    for doc in (inspect.getdoc(fn), inspect.getdoc(jaxmpi),
+                inspect.getdoc(notoken)):
+        for line in doc.splitlines():
+            assert not line.lstrip().startswith(">"), (name, line)
 
 
 def one(text):
@@ -94,7 +158,9 @@ def one(text):
 
 def test_request_documented():
     doc = inspect.getdoc(jaxmpi.Request)
-    assert "\nExample:\n" in doc and "wait(" in sections(doc)["Example:"]
+    sec, _ = sections(doc)
+    assert "wait(" in sec["Example:"]
+    assert not sec["Example:"].startswith(" ") and "::" not in doc
     # Each misuse error the class states, with its exception.
     for words in ("TypeError", "RuntimeError", "waited twice", "compiled",
                   "next jaxmpi call"):
@@ -102,40 +168,35 @@ def test_request_documented():
     assert inspect.getdoc(jaxmpi.Request.op)
 
 
-@pytest.mark.parametrize("op", OPERATIONS + NONBLOCKING)
-def test_returns_state_the_api(op):
-    bare = sections(inspect.getdoc(getattr(notoken, op)))["Returns:"]
-    token = sections(inspect.getdoc(getattr(jaxmpi, op)))["Returns:"]
-    if op in STARTS:
-        assert bare.startswith("A ``Request``"), bare
-        assert "token" not in bare, bare
-        assert token.startswith("``(request, token)``. request: "), token
-        assert one(bare) in one(token), (bare, token)
-        assert f"``jaxmpi.notoken.{op}`` returns the request alone" in \
-            one(token), token
-    elif op == "wait":
-        assert "None for ``isend`` and ``ibarrier``" in one(bare), bare
-        assert token.startswith("``(result, token)``; a token alone where "
-                                "the result is None"), token
-        assert one(bare) in one(token), (bare, token)
-    elif op == "waitall":
-        assert token.startswith("``(results, token)``. results: "), token
-        assert one(bare) in one(token), (bare, token)
-    elif op in NO_RESULT:
-        assert bare == "None.", bare
-        assert token.startswith("A token"), token
-        assert f"``jaxmpi.notoken.{op}`` returns None." in " ".join(
-            token.split()), token
-    else:
-        assert "token" not in bare, bare
-        assert token.startswith("``(result, token)``. result: "), token
-        # The token API's result is the bare API's, stated the same way.
-        assert " ".join(bare.split()) in " ".join(token.split()), (bare, token)
-        assert f"``jaxmpi.notoken.{op}`` returns the result alone" in \
-            " ".join(token.split()), token
+def test_device_cart_documented():
+    assert jaxmpi.DeviceCart is notoken.DeviceCart
+    doc = inspect.getdoc(jaxmpi.DeviceCart)
+    sec, _ = sections(doc)
+    for s in ("Args:", "Raises:", "Example:"):
+        assert sec.get(s), s
+    args = entries(sec["Args:"])
+    assert [a[0].split(":")[0] for a in args] == list(
+        inspect.signature(jaxmpi.DeviceCart).parameters)
+    assert all(not more for _, more in args)  # one line per parameter
+    assert "halo_exchange" in sec["Example:"]
 
 
-@pytest.mark.parametrize("name,fn", PUBLIC, ids=[n for n, _ in PUBLIC])
+@pytest.mark.parametrize("op", OPERATIONS)
+def test_token_api_points_to_notoken(op):
+    wrapped, bare = getattr(jaxmpi, op), getattr(notoken, op)
+    doc = one(inspect.getdoc(wrapped))
+    assert doc.startswith(f"``jaxmpi.notoken.{op}`` with a token"), doc
+    assert f"what ``jaxmpi.notoken.{op}`` returns" in doc, doc
+    assert "``(result, token)``" in doc and "a token alone" in doc, doc
+    assert inspect.signature(wrapped) == inspect.signature(bare)
+    # The notoken function's Returns says what it returns, never a token.
+    returns = sections(inspect.getdoc(bare))[0]["Returns:"]
+    assert "token" not in returns, (op, returns)
+    if getattr(bare, "__annotations__", {}).get("return") == "Request":
+        assert returns.startswith("A ``Request``; ``wait`` on it"), returns
+
+
+@pytest.mark.parametrize("name,fn", DOCUMENTED, ids=[n for n, _ in DOCUMENTED])
 def test_signatures_show_mpi_names(name, fn):
     sig = str(inspect.signature(fn))
     assert not re.search(r"=-\d", sig), (name, sig)
@@ -159,12 +220,15 @@ def test_named_defaults_are_the_constants():
     assert back == MPI.ANY_SOURCE and repr(back) == "MPI.ANY_SOURCE"
 
 
-def test_nonblocking_returns_are_as_documented():
-    """The forms the Returns sections state, on requests that communicate
-    nothing (MPI.PROC_NULL peers)."""
+def test_returns_are_as_documented():
+    """The forms the token API's docstring and the Returns sections state,
+    on calls that communicate nothing (MPI.PROC_NULL peers)."""
     x = jnp.arange(3.0)
     is_token = jaxmpi._validate.is_token
     got = {}
+    got["send"] = is_token(jaxmpi.send(x, MPI.PROC_NULL))
+    y, tok = jaxmpi.recv(x, MPI.PROC_NULL)
+    got["recv"] = (np.asarray(y).tolist(), is_token(tok))
     req, tok = jaxmpi.irecv(x, MPI.PROC_NULL)
     got["start"] = (type(req), is_token(tok))
     y, tok = jaxmpi.wait(req, token=tok)
@@ -179,11 +243,14 @@ def test_nonblocking_returns_are_as_documented():
     req = notoken.ineighbor_exchange([x], [x], [MPI.PROC_NULL],
                                      [MPI.PROC_NULL])
     got["notoken"] = (type(req), type(notoken.wait(req)),
-                      notoken.wait(notoken.isend(x, MPI.PROC_NULL)))
+                      notoken.wait(notoken.isend(x, MPI.PROC_NULL)),
+                      notoken.send(x, MPI.PROC_NULL))
     assert got == {
+        "send": True,
+        "recv": ([0.0, 0.0, 0.0], True),
         "start": (jaxmpi.Request, True),
         "wait": ([0.0, 0.0, 0.0], True),
         "wait no result": True,
         "waitall": (list, [0.0, 0.0, 0.0], None, True),
-        "notoken": (jaxmpi.Request, tuple, None),
+        "notoken": (jaxmpi.Request, tuple, None, None),
     }

@@ -26,6 +26,9 @@ from mpi4py import MPI
 import jaxmpi
 import jaxmpi.notoken as mpx
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("across_hosts", "c_core", "mpi_errors")
+
 WORLD = MPI.COMM_WORLD
 RANK, SIZE = WORLD.Get_rank(), WORLD.Get_size()
 

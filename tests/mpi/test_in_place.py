@@ -15,6 +15,9 @@ from util import DTYPES as ALL_DTYPES, DTYPE_IDS as ALL_DTYPE_IDS
 from util import DOWN, UP
 from util import RANK, SIZE, bfloat16, data, loop_body_copies
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("c_core",)
+
 DTYPES = [np.dtype(d) for d in (np.int32, np.uint8, np.float16, bfloat16,
                                 np.float32, np.float64)]
 IDS = [str(d) for d in DTYPES]

@@ -15,6 +15,9 @@ from util import (COUNTS, DOWN, DTYPE_IDS, DTYPES, LEFT, MODES, RANK,
                   REDUCTION_CASES, RIGHT, SIZE, UP, Later,
                   all_data, check, data, exscan_ref, kind, on_line, reduce_ref, run)
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("c_core", "mpi_errors")
+
 SHAPE = (4, 3)
 # reduce_scatter's counts (uneven, a zero from 2 ranks on): block r of an
 # input of NV rows is its rows LO:HI on rank r.

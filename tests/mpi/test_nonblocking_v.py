@@ -23,6 +23,9 @@ from jaxmpi import notoken as mpx
 from util import (COUNTS, DTYPES, RANK, SIZE, WORLD, Later, bfloat16,
                   check_mode, data)
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("c_core",)
+
 GCOUNTS = COUNTS[::-1]  # gatherv's: other counts, the zero elsewhere
 GROOT = SIZE - 1        # gatherv's root
 SROOT = 0               # scatterv's root

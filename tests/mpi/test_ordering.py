@@ -14,6 +14,9 @@ from jaxmpi import notoken as mpx
 from util import RANK, SIZE, check
 from util import LEFT, RIGHT
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("c_core",)
+
 TOTAL = SIZE * (SIZE - 1) / 2  # sum of ranks
 
 

@@ -16,6 +16,9 @@ from util import check_mode as util_check_mode
 from util import (DOWN, DTYPE_IDS, DTYPES, LEFT, MODES, RANK, RIGHT, SIZE, UP,
                   Later, bfloat16, check, data, on_line, run, sender_first)
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("large_count", "across_hosts", "c_core", "mpi_errors")
+
 SHAPE = (4, 3)
 needs2 = pytest.mark.skipif(SIZE < 2, reason="needs 2 ranks")
 

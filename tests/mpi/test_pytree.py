@@ -16,6 +16,9 @@ from jaxmpi import notoken as mpx
 from util import RANK, SIZE, bfloat16
 from util import LEFT, RIGHT
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("across_hosts",)
+
 # send/recv: rank 0 sends first, the others receive first (a chain, no
 # deadlock at any size); one rank talks to nobody.
 P2P_DEST = RIGHT if SIZE > 1 else MPI.PROC_NULL

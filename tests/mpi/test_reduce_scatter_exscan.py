@@ -19,6 +19,9 @@ from util import (COUNTS, DTYPES, OPS_FOR_KIND, RANK, SIZE, Later, all_data,
                   bfloat16, check, check_mode, data, exscan_ref, kind,
                   reduce_ref)
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("large_count", "across_hosts", "c_core")
+
 two_ranks = pytest.mark.skipif(SIZE < 2, reason="ranks must disagree")
 
 OFFSETS = np.concatenate([[0], np.cumsum(COUNTS)]).astype(int)

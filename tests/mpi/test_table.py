@@ -1,8 +1,7 @@
 """The operations are listed once per layer and checked against each other
-at import: the C core's table (csrc/ops.h) against the primitives of _ops and
-_nonblocking, its attributes, buffer limit and dtype sizes against Python's;
-jaxmpi and jaxmpi.notoken are made from _api.OPERATIONS and
-_nonblocking.OPERATIONS."""
+at import: the C core's table (csrc/ops.h) against _registry's (the
+primitives and starts the definitions registered, the attributes, buffer
+limits and dtype sizes); jaxmpi is made from notoken's one list."""
 
 import copy
 
@@ -10,7 +9,7 @@ import pytest
 
 import jaxmpi
 import jaxmpi.notoken as notoken
-from jaxmpi import _api, _core, _nonblocking, _ops
+from jaxmpi import _core, _registry
 
 
 def _table():
@@ -19,7 +18,7 @@ def _table():
 
 def test_the_table_agrees_with_python():
     t = _table()
-    _core.check_table(t, _ops.PRIMITIVES, _nonblocking.START)
+    _registry.check_table(t)
     ops = t["ops"]
     # independent facts of the C table, as ops.h writes them
     assert ops["allreduce"] == (1, 1, ("comm", "op"), False)
@@ -31,9 +30,9 @@ def test_the_table_agrees_with_python():
 
 @pytest.mark.parametrize("tamper", ["c_op", "py_op", "start", "attr", "dtype",
                                     "buffers"])
-def test_a_disagreement_is_an_import_error(tamper):
+def test_a_disagreement_is_an_import_error(tamper, monkeypatch):
     t = copy.deepcopy(_table())
-    prims, starts = dict(_ops.PRIMITIVES), dict(_nonblocking.START)
+    prims, starts = dict(_registry.BLOCKING), dict(_registry.STARTS)
     if tamper == "c_op":
         t["ops"]["reduce_everything"] = (1, 1, ("comm",), False)
     elif tamper == "py_op":
@@ -48,16 +47,24 @@ def test_a_disagreement_is_an_import_error(tamper):
         t["max_buffers"] = 16
     word = {"c_op": "reduce_everything", "py_op": "scan", "start": "ibcast",
             "attr": "dests", "dtype": "float64", "buffers": "buffers per call"}
-    with pytest.raises(ImportError, match="does not match its Python package") as e:
-        _core.check_table(t, prims, starts)
+    with monkeypatch.context() as m:
+        m.setattr(_registry, "BLOCKING", prims)
+        m.setattr(_registry, "STARTS", starts)
+        with pytest.raises(ImportError,
+                           match="does not match its Python package") as e:
+            _registry.check_table(t)
     assert word[tamper] in str(e.value)
 
 
 def test_both_apis_are_made_from_the_one_list():
-    names = (*_api.OPERATIONS, *_nonblocking.OPERATIONS)
+    names = [n for n in notoken.__all__
+             if n not in ("has_cuda_support", "Request", "jit", "DeviceCart")]
+    assert tuple(names) == jaxmpi._OPERATIONS
     for name in names:
         bare = getattr(notoken, name)
-        assert bare is getattr(_api if name in _api.OPERATIONS else _nonblocking, name)
+        assert bare.__module__ in ("jaxmpi._collectives", "jaxmpi._vcollectives",
+                                   "jaxmpi._p2p", "jaxmpi._topology",
+                                   "jaxmpi._wait"), (name, bare.__module__)
         wrapped = getattr(jaxmpi, name)
         assert wrapped.__wrapped__ is bare and name in jaxmpi.__all__
         assert name in notoken.__all__
@@ -65,5 +72,6 @@ def test_both_apis_are_made_from_the_one_list():
     # or is reached through one (wait/waitall are Python-level)
     # (EXTRA_TARGETS are reached through another op)
     for name, row in _table()["ops"].items():
-        if name not in (*_ops.EXTRA_TARGETS, *_nonblocking.EXTRA_TARGETS):
+        if name not in (*_registry.EXTRA_BLOCKING_TARGETS,
+                        *_registry.EXTRA_START_TARGETS):
             assert hasattr(notoken, name), name

@@ -19,6 +19,9 @@ from jaxmpi import notoken as mpx
 from util import (DTYPES, RANK, SIZE, WORLD, Later, bfloat16, check,
                   check_mode, data, loop_body_copies)
 
+# The suites this file belongs to (tests/suites.py).
+SUITES = ("large_count", "across_hosts", "c_core")
+
 # Rows per rank: zeros at 2+ ranks, differing per rank, depending on SIZE.
 COUNTS = tuple((3 * r + 1) % 4 for r in range(SIZE))        # 1,0,3,2
 COUNTS2 = tuple((r + 2) % 3 for r in range(SIZE))           # 2,0,1,2

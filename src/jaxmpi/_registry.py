@@ -1,0 +1,88 @@
+"""Python's half of csrc/ops.h: the kinds of the FFI attributes, the
+buffer limits, the C targets besides the primitives' own, the tables that
+the primitive definitions fill, and the check of the C core's table
+against them."""
+
+from __future__ import annotations
+
+from . import _dtypes
+
+# Parameters that travel to the C handler as FFI attributes (all int64:
+# handles and addresses as their 64-bit pattern, which MLIR's unsigned
+# attributes cannot hold above 2**63).
+HANDLE_ATTRS = ("comm", "op", "status")
+INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
+ARRAY_ATTRS = ("sources", "dests", "counts", "sendcounts", "recvcounts",
+               "comms")
+# Every attribute a handler may receive (the C core's JM_ATTRS, checked
+# below): "site" is the call's Python line (_define.site), "devices" and
+# "comms" a call's over several devices (_define.attributes).
+FFI_ATTRS = (*HANDLE_ATTRS, *INT_ATTRS, *ARRAY_ATTRS, "site", "devices")
+
+# Buffers per call are the C core's JM_MAX_BUFFERS (32), checked at import.
+# A blocking exchange (neighbor_exchange) has one operand and one result
+# per pair: 32 pairs per call. A start returns its handle and both buffers
+# of every pair (ineighbor_exchange): 1 + 2 * 15 buffers, 15 pairs per
+# request.
+PAIRS_PER_CALL = 32
+PAIRS_PER_REQUEST = 15
+
+# C handlers that a primitive's lowering picks besides its own name
+# (reduce_scatter_p: equal blocks go to reduce_scatter_block).
+EXTRA_BLOCKING_TARGETS = ("reduce_scatter_block",)
+# C starts that a start primitive's lowering picks besides its own name
+# (ireduce_scatter_p: equal blocks go to ireduce_scatter_block).
+EXTRA_START_TARGETS = ("ireduce_scatter_block",)
+
+# What the definitions fill (_define), as ops.h's JM_OPS and JM_IOPS:
+# name -> the primitive of each blocking op, and name -> the row of each
+# start (_define.Start: its primitive, results, backward request, JVP
+# check, batch axes, what its wait does after MPI).
+BLOCKING: dict = {}
+STARTS: dict = {}
+
+
+def check_table(table: dict) -> None:
+    """Raise ImportError unless the C core's table (_core.Core.table)
+    agrees with Python's: the same blocking ops as BLOCKING and the same
+    starts as STARTS (names without the ``jaxmpi_`` prefix), the FFI
+    attributes with the same kinds, the buffer limits the validation
+    assumes, and the byte size of every dtype code in _dtypes. A
+    disagreement means a C core built from other sources than this Python
+    package (a stale build). Run by ``import jaxmpi`` once every primitive
+    is defined."""
+    problems = []
+    c_ops = {n for n, row in table["ops"].items() if not row[3]}
+    c_starts = {n for n, row in table["ops"].items() if row[3]}
+    for what, c_names, py_names in (("blocking ops", c_ops,
+                                     set(BLOCKING) |
+                                     set(EXTRA_BLOCKING_TARGETS)),
+                                    ("non-blocking starts", c_starts,
+                                     set(STARTS) |
+                                     set(EXTRA_START_TARGETS))):
+        if c_names != py_names:
+            problems.append(
+                f"{what}: only in C {sorted(c_names - py_names)}, only in "
+                f"Python {sorted(py_names - c_names)}")
+    py_attrs = {a: a in ARRAY_ATTRS for a in FFI_ATTRS}
+    if table["attrs"] != py_attrs:
+        problems.append(f"FFI attributes: C {table['attrs']}, Python {py_attrs}")
+    if table["max_buffers"] != PAIRS_PER_CALL or (
+            1 + 2 * PAIRS_PER_REQUEST > table["max_buffers"]):
+        problems.append(f"buffers per call: C {table['max_buffers']}, Python "
+                        f"{PAIRS_PER_CALL} pairs (blocking), "
+                        f"{PAIRS_PER_REQUEST} (non-blocking)")
+    if len(table["dtype_sizes"]) != _dtypes.N_XLA_TYPES:
+        problems.append(f"dtype codes: C {len(table['dtype_sizes'])}, Python "
+                        f"{_dtypes.N_XLA_TYPES}")
+    for dt, code in _dtypes.XLA_TYPE.items():
+        if table["dtype_sizes"].get(code) != dt.itemsize:
+            problems.append(f"dtype {dt} (code {code}): C "
+                            f"{table['dtype_sizes'].get(code)} bytes, numpy "
+                            f"{dt.itemsize}")
+    if problems:
+        raise ImportError(
+            "jaxmpi's C core does not match its Python package (built from "
+            "other sources?): " + "; ".join(problems) + ". Reinstall jaxmpi "
+            "(pip install --force-reinstall --no-deps jaxmpi, or from the "
+            "checkout: pip install --force-reinstall --no-deps .)")

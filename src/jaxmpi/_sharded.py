@@ -1,0 +1,155 @@
+"""Eager operations on sharded arrays: per shard, as inside shard_map.
+
+An operation called outside any trace on a ``jax.Array`` sharded over
+several devices of a mesh (a ``NamedSharding``) runs as
+``jax.jit(shard_map(op, mesh, in_specs, out_specs))``: each device applies
+it to its shard, between the shards at its position on every process
+(docs/devices.md). The in_specs are the arrays' own; a NumPy array or a
+scalar is replicated. Each result keeps the sharding of the argument it
+mirrors (the last array argument's leaf at the same place of the tree,
+e.g. ``recvbuf``'s for ``sendrecv``): the same axes where the per-shard
+result has its rank, a new leading axis unsharded (``allgather``), the
+leading axis dropped (``scatter``). The per-shard shapes come from tracing
+the operation on one shard's shapes (``jax.eval_shape``); the compiled call
+is cached per operation, static arguments, shapes and shardings.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from mpi4py import MPI
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from . import _jax_compat as jc
+
+_cache: dict = {}
+
+
+def _sharding(x):
+    """x's sharding over several devices, or None (one device, or not a jax
+    Array)."""
+    if not isinstance(x, jax.Array):
+        return None
+    sharding = x.sharding
+    if type(sharding) is SingleDeviceSharding or len(sharding.device_set) < 2:
+        return None
+    return sharding
+
+
+def is_sharded(values) -> bool:
+    """Whether any leaf of `values` lives on several devices."""
+    return any(_sharding(x) is not None
+               for x in jax.tree_util.tree_leaves(values))
+
+
+def _spec(sharding, ndim, fn, name):
+    if not isinstance(sharding, NamedSharding):
+        raise ValueError(
+            f"{fn}: {name} is sharded over {len(sharding.device_set)} devices "
+            f"by a {type(sharding).__name__}; jaxmpi applies operations per "
+            "shard of a NamedSharding (jax.sharding.NamedSharding(mesh, "
+            "PartitionSpec(...))): reshard it with jax.device_put, or call "
+            "jaxmpi inside shard_map")
+    spec = tuple(sharding.spec)
+    return spec + (None,) * (ndim - len(spec))
+
+
+def _out_spec(out_ndim, ref_spec, fn):
+    m = len(ref_spec)
+    if out_ndim == m:
+        return PartitionSpec(*ref_spec)
+    if out_ndim == m + 1:
+        return PartitionSpec(None, *ref_spec)
+    if out_ndim == m - 1 and ref_spec[0] is None:
+        return PartitionSpec(*ref_spec[1:])
+    raise ValueError(
+        f"{fn}: the per-shard result has {out_ndim} axes against the "
+        f"argument's {m} (sharded as {PartitionSpec(*ref_spec)}), and the "
+        "result cannot keep that sharding: call it inside shard_map with "
+        "the out_specs you want")
+
+
+def call(fn, op, bound, trees):
+    """``op(**bound)`` per shard of the sharded leaves of the arguments
+    named in `trees` (the other arguments static)."""
+    args = bound.arguments
+    leaves, treedef = jax.tree_util.tree_flatten([args[t] for t in trees])
+    mesh = None
+    specs = []
+    for i, x in enumerate(leaves):
+        sharding = _sharding(x)
+        if sharding is None:
+            specs.append(None)
+            continue
+        spec = _spec(sharding, np.ndim(x), fn, "an argument")
+        if mesh is None:
+            mesh = sharding.mesh
+        elif sharding.mesh != mesh:
+            raise ValueError(
+                f"{fn}: its arrays are sharded over different meshes "
+                f"({mesh} and {sharding.mesh}): put them on one mesh")
+        specs.append(spec)
+    leaves = [jax.device_put(np.asarray(x), NamedSharding(mesh, PartitionSpec()))
+              if s is None else x for x, s in zip(leaves, specs)]
+    specs = [s if s is not None else (None,) * np.ndim(x)
+             for x, s in zip(leaves, specs)]
+    static = {k: v for k, v in args.items() if k not in trees}
+    try:
+        key = (op, treedef, tuple(sorted(
+            (k, _static(v)) for k, v in static.items())),
+            tuple((x.shape, str(x.dtype), s) for x, s in zip(leaves, specs)),
+            mesh)
+        hash(key)
+    except TypeError:
+        key = None
+    run = _cache.get(key) if key is not None else None
+    if run is None:
+        run = _compile(fn, op, mesh, treedef, trees, static, leaves, specs)
+        if key is not None:
+            if len(_cache) > 256:
+                _cache.clear()
+            _cache[key] = run
+    return run(*leaves)
+
+
+def _static(v):
+    """A hashable stand-in of a static argument (mpi4py's handles are
+    not hashable)."""
+    if isinstance(v, (MPI.Comm, MPI.Op, MPI.Datatype)):
+        return (type(v).__name__, MPI._handleof(v))
+    if isinstance(v, list):
+        return tuple(_static(x) for x in v)
+    return v
+
+
+def _compile(fn, op, mesh, treedef, trees, static, leaves, specs):
+    def body(*flat):
+        values = jax.tree_util.tree_unflatten(treedef, list(flat))
+        return op(**static, **dict(zip(trees, values)))
+
+    local = [jax.ShapeDtypeStruct(
+        tuple(d // _factor(mesh, a) for d, a in zip(x.shape, s)), x.dtype)
+        for x, s in zip(leaves, specs)]
+    out = jax.eval_shape(body, *local)
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+    # Each result mirrors the last tree argument's leaf at its place.
+    ref = jax.tree_util.tree_flatten(
+        jax.tree_util.tree_unflatten(treedef, list(range(len(leaves))))[-1])[0]
+    if len(ref) != len(out_leaves):
+        ref = [next(i for i, s in enumerate(specs) if any(s))] * len(out_leaves)
+    out_specs = jax.tree_util.tree_unflatten(out_tree, [
+        _out_spec(len(o.shape), specs[r], fn) for o, r in zip(out_leaves, ref)])
+    # Unchecked: a result may be replicated over a mesh axis its argument
+    # is (every copy along it makes the same call with the same data, so
+    # its result is the same), which a message's type cannot say.
+    mapped = jc.shard_map(body, mesh, tuple(PartitionSpec(*s) for s in specs),
+                          out_specs, check_vma=False)
+    return jax.jit(mapped)
+
+
+def _factor(mesh, axes):
+    if axes is None:
+        return 1
+    names = axes if isinstance(axes, tuple) else (axes,)
+    return int(np.prod([mesh.shape[a] for a in names]))

@@ -1,0 +1,105 @@
+"""Completing requests: wait and waitall."""
+
+from __future__ import annotations
+
+from . import _jax_compat as jc
+from . import _registry
+from . import _validate as v
+from ._requests import Request, describe, wait_p
+from ._steps import join
+
+
+def wait(request, *, token=None):
+    """Complete a request and return its operation's result.
+
+    MPI_Wait's counterpart. Inside ``jit`` the wait is an asynchronous XLA FFI
+    handler: while the request is not complete, XLA:CPU may run other work that
+    does not depend on it (below ``MPI_THREAD_MULTIPLE`` or with
+    ``JAXMPI_ASYNC_WAIT=0`` it blocks in its handler; docs/nonblocking.md).
+
+    Args:
+        request: a ``Request`` started in this function and not yet waited.
+        token: a token to order this call after (optional, never needed).
+
+    Returns:
+        The result of the request's operation, as its blocking form returns it
+        (None for ``isend`` and ``ibarrier``).
+
+    Raises:
+        TypeError: ``request`` is not a ``Request``.
+        RuntimeError: at trace time, ``request`` was already waited or was
+            started in another function (``jit``, loop body, ``cond`` branch).
+        jax.errors.JaxRuntimeError: a message of another size than its
+            template; a request not complete within the watchdog's timeout
+            (``DEADLINE_EXCEEDED``; its receives are cancelled).
+
+    Example:
+        Inside ``jax.jit``:
+
+            req = mpx.irecv(template, source=1, tag=7)
+            z = compute(w)                  # while the message travels
+            y = mpx.wait(req)
+    """
+    if not isinstance(request, Request):
+        raise TypeError(f"wait: request must be a jaxmpi Request, got "
+                        f"{type(request).__name__}: {request!r}")
+    state = request._state
+    if state.waited:
+        raise RuntimeError(f"jaxmpi.wait: {describe(state)} was already "
+                           "waited: wait each request once")
+    clean = jc.trace_state_clean()
+    current = None if clean else jc.trace_ctx.trace
+    if current is not state.trace:
+        state.waited = True  # the trace fails: nothing of it runs
+        raise RuntimeError(
+            f"jaxmpi.wait: {describe(state)} must be waited in the function "
+            "that started it (the same jit, loop body, cond branch or "
+            "transformation), not in another one")
+    tok = v.token_arg(token, "wait")
+    join(tok)
+    state.waited = True
+    results = []
+    for part in request._parts:
+        outs = wait_p.bind(part.handle, *part.bufs, spec=part.spec)
+        after = _registry.STARTS[part.spec.op].after_wait
+        results.append(after(outs, part.spec) if after else outs)
+    return request._finish(results, request._keep)
+
+
+def waitall(requests, *, token=None):
+    """Complete several requests, in the order given; return their results.
+
+    The same as ``wait`` on each request in turn (MPI_Wait's counterpart).
+
+    Args:
+        requests: a list or tuple of ``Request`` objects, none of them twice.
+        token: a token to order this call after (optional, never needed).
+
+    Returns:
+        A list of the requests' results, in their order, each as ``wait``
+        returns it.
+
+    Raises:
+        TypeError: ``requests`` is not a list or tuple of ``Request`` objects.
+        RuntimeError: at trace time, a request appears twice, or one is misused
+            as ``wait`` says.
+        jax.errors.JaxRuntimeError: as ``wait``.
+
+    Example:
+        A ring shift, inside ``jax.jit``:
+
+            reqs = [mpx.irecv(t, left), mpx.isend(x, right)]
+            y, _ = mpx.waitall(reqs)        # [left's x, None]
+    """
+    if not isinstance(requests, (list, tuple)):
+        raise TypeError(f"waitall: requests must be a list or tuple of "
+                        f"Requests, got {type(requests).__name__}")
+    for i, r in enumerate(requests):
+        if not isinstance(r, Request):
+            raise TypeError(f"waitall: requests[{i}] must be a jaxmpi "
+                            f"Request, got {type(r).__name__}: {r!r}")
+    if len({id(r._state) for r in requests}) != len(requests):
+        raise RuntimeError("jaxmpi.waitall: the same request appears twice")
+    tok = v.token_arg(token, "waitall")
+    join(tok)
+    return [wait(r) for r in requests]
