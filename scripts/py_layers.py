@@ -44,7 +44,7 @@ LAYERS = [
     ("6.2", ["_define"]),                           # the definers
     ("6.3", ["_prims_collectives", "_prims_p2p"]),  # primitives per family
     ("6.4", ["_prims_vcollectives"]),               # (uses allgather_p)
-    ("7.0", ["_steps"]),                            # what every op does
+    ("7.0", ["_steps", "_sharded_requests"]),         # every op; sharded starts
     ("7.1", ["_collectives", "_vcollectives", "_p2p", "_topology",
              "_wait"]),                             # public operations
     ("8.0", ["notoken"]),                           # the one list

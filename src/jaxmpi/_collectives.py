@@ -13,6 +13,7 @@ from jax import lax
 
 from . import _core, _eager, _pytree
 from . import _jax_compat as jc
+from . import _sharded_requests
 from . import _validate as v
 from ._prims_collectives import (allgather_p, allreduce_p, alltoall_p,
                                  barrier_p, bcast_p, exscan_p, gather_p,
@@ -148,6 +149,7 @@ def _over_shards(x, opname: str, axis_name, mpi_allreduce):
     raise ValueError(opname)
 
 
+@_sharded_requests.start()
 def iallreduce(x, op, *, comm=None, token=None,
                adjoint="replicated") -> Request:
     """Start reducing ``x`` over all ranks with ``op``, on every rank.
@@ -225,6 +227,7 @@ def reduce(x, op, root, *, comm=None, token=None):
     return y if info.rank == root else passed_through(x, y)
 
 
+@_sharded_requests.start()
 def ireduce(x, op, root, *, comm=None, token=None) -> Request:
     """Start reducing ``x`` over all ranks with ``op`` onto ``root``.
 
@@ -295,6 +298,7 @@ def scan(x, op, *, comm=None, token=None):
     return scan_p.bind(x, comm=info, op=opinfo)[0]
 
 
+@_sharded_requests.start()
 def iscan(x, op, *, comm=None, token=None) -> Request:
     """Start an inclusive prefix reduction: ``op`` over ranks 0..r.
 
@@ -365,6 +369,7 @@ def exscan(x, op, *, comm=None, token=None):
     return exscan_p.bind(x, comm=info, op=opinfo)[0]
 
 
+@_sharded_requests.start()
 def iexscan(x, op, *, comm=None, token=None) -> Request:
     """Start an exclusive prefix reduction: ``op`` over ranks 0..r-1.
 
@@ -435,6 +440,7 @@ def bcast(x, root, *, comm=None, token=None):
     return passed_through(x, y) if info.rank == root else y
 
 
+@_sharded_requests.start()
 def ibcast(x, root, *, comm=None, token=None) -> Request:
     """Start broadcasting the root's ``x`` to every rank.
 
@@ -499,6 +505,7 @@ def gather(x, root, *, comm=None, token=None):
     return y if info.rank == root else passed_through(x, y)
 
 
+@_sharded_requests.start()
 def igather(x, root, *, comm=None, token=None) -> Request:
     """Start gathering every rank's ``x`` on the root, along a new axis 0.
 
@@ -565,6 +572,7 @@ def scatter(x, root, *, comm=None, token=None):
     return scatter_p.bind(x, comm=info, root=root)[0]
 
 
+@_sharded_requests.start()
 def iscatter(x, root, *, comm=None, token=None) -> Request:
     """Start scattering the root's ``x[r]`` to rank r.
 
@@ -627,6 +635,7 @@ def allgather(x, *, comm=None, token=None):
     return allgather_p.bind(x, comm=info)[0]
 
 
+@_sharded_requests.start()
 def iallgather(x, *, comm=None, token=None) -> Request:
     """Start gathering every rank's ``x`` on every rank.
 
@@ -688,6 +697,7 @@ def alltoall(x, *, comm=None, token=None):
     return alltoall_p.bind(x, comm=info)[0]
 
 
+@_sharded_requests.start()
 def ialltoall(x, *, comm=None, token=None) -> Request:
     """Start exchanging ``x``'s rows with every rank: row j to rank j.
 

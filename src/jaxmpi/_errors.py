@@ -18,9 +18,9 @@ class UnsupportedDtypeError(TypeError, RuntimeError):
 
 
 MULTI_DEVICE_HELP = (
-    "Eagerly, the blocking operations apply per shard of a sharded array "
-    "(each device meets the devices at its mesh position on the other "
-    "processes); this one does not: call it inside jax.shard_map over the "
+    "Eagerly, the operations apply per shard of a sharded array (each "
+    "device meets the devices at its mesh position on the other "
+    "processes), but not here: call it inside jax.shard_map over the "
     "array's mesh, where each device calls it on its shard, e.g. "
     "jax.jit(jax.shard_map(f, mesh=mesh, in_specs=P('d'), out_specs=P('d'))). "
     "See docs/devices.md.")

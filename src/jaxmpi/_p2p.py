@@ -7,6 +7,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _pytree
+from . import _sharded_requests
 from . import _validate as v
 from ._prims_p2p import neighbor_exchange_p, recv_p, send_p, sendrecv_p
 from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
@@ -52,6 +53,7 @@ def send(x, dest, *, tag=0, comm=None, token=None):
     send_p.bind(x, comm=info, dest=dest, tag=tag)
 
 
+@_sharded_requests.start()
 def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
     """Start sending ``x`` to rank ``dest``.
 
@@ -138,6 +140,7 @@ def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
                        status=addr)[0]
 
 
+@_sharded_requests.start()
 def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
           status=None, token=None) -> Request:
     """Start receiving an array of ``x``'s shape and dtype from ``source``.
@@ -241,6 +244,7 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
     )[0]
 
 
+@_sharded_requests.start(trees=("sendbuf", "recvbuf"))
 def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
               recvtag=ANY_TAG, comm=None, status=None,
               token=None) -> Request:
@@ -343,6 +347,7 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
     return tuple(neighbor_exchange_p.bind(*xs, **params))
 
 
+@_sharded_requests.start(trees=("sendbufs", "recvbufs"))
 def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
                        comm=None, token=None) -> Request:
     """Start many sendrecvs at once, pair ``i`` with tag ``tag + i``.

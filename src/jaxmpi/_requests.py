@@ -53,6 +53,7 @@ class _State:
     rid: int
     trace: object
     waited: bool = False
+    sharded: object = None  # started eagerly on sharded arrays: the plan
 
 
 def describe(state):

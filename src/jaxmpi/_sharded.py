@@ -55,7 +55,9 @@ def _spec(sharding, ndim, fn, name):
     return spec + (None,) * (ndim - len(spec))
 
 
-def _out_spec(out_ndim, ref_spec, fn):
+def result_spec(out_ndim, ref_spec, fn):
+    """The spec of a result of `out_ndim` axes that mirrors an argument
+    sharded as `ref_spec`."""
     m = len(ref_spec)
     if out_ndim == m:
         return PartitionSpec(*ref_spec)
@@ -70,14 +72,13 @@ def _out_spec(out_ndim, ref_spec, fn):
         "the out_specs you want")
 
 
-def call(fn, op, bound, trees):
-    """``op(**bound)`` per shard of the sharded leaves of the arguments
-    named in `trees` (the other arguments static)."""
-    args = bound.arguments
-    leaves, treedef = jax.tree_util.tree_flatten([args[t] for t in trees])
+def placed(fn, leaves):
+    """(mesh, leaves, specs) of an operation's array leaves: their one
+    mesh, the leaves with NumPy arrays and scalars replicated on it, and
+    each leaf's spec as a tuple of one entry per axis."""
     mesh = None
     specs = []
-    for i, x in enumerate(leaves):
+    for x in leaves:
         sharding = _sharding(x)
         if sharding is None:
             specs.append(None)
@@ -94,15 +95,24 @@ def call(fn, op, bound, trees):
               if s is None else x for x, s in zip(leaves, specs)]
     specs = [s if s is not None else (None,) * np.ndim(x)
              for x, s in zip(leaves, specs)]
+    return mesh, leaves, specs
+
+
+def last_tree_leaves(treedef) -> list:
+    """The indices, among all array leaves, of the last tree argument's:
+    the arguments a result mirrors (``recvbuf``'s for ``sendrecv``)."""
+    return jax.tree_util.tree_flatten(jax.tree_util.tree_unflatten(
+        treedef, list(range(treedef.num_leaves)))[-1])[0]
+
+
+def call(fn, op, bound, trees):
+    """``op(**bound)`` per shard of the sharded leaves of the arguments
+    named in `trees` (the other arguments static)."""
+    args = bound.arguments
+    leaves, treedef = jax.tree_util.tree_flatten([args[t] for t in trees])
+    mesh, leaves, specs = placed(fn, leaves)
     static = {k: v for k, v in args.items() if k not in trees}
-    try:
-        key = (op, treedef, tuple(sorted(
-            (k, _static(v)) for k, v in static.items())),
-            tuple((x.shape, str(x.dtype), s) for x, s in zip(leaves, specs)),
-            mesh)
-        hash(key)
-    except TypeError:
-        key = None
+    key = cache_key(op, treedef, static, leaves, specs, mesh)
     run = _cache.get(key) if key is not None else None
     if run is None:
         run = _compile(fn, op, mesh, treedef, trees, static, leaves, specs)
@@ -111,6 +121,21 @@ def call(fn, op, bound, trees):
                 _cache.clear()
             _cache[key] = run
     return run(*leaves)
+
+
+def cache_key(op, treedef, static, leaves, specs, mesh):
+    """The key of a compiled per-shard call: the operation, its static
+    arguments, the arrays' shapes, dtypes and specs, the mesh (None where a
+    static argument cannot be hashed: not cached)."""
+    try:
+        key = (op, treedef, tuple(sorted(
+            (k, _static(v)) for k, v in static.items())),
+            tuple((x.shape, str(x.dtype), tuple(s))
+                  for x, s in zip(leaves, specs)), mesh)
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _static(v):
@@ -134,12 +159,11 @@ def _compile(fn, op, mesh, treedef, trees, static, leaves, specs):
     out = jax.eval_shape(body, *local)
     out_leaves, out_tree = jax.tree_util.tree_flatten(out)
     # Each result mirrors the last tree argument's leaf at its place.
-    ref = jax.tree_util.tree_flatten(
-        jax.tree_util.tree_unflatten(treedef, list(range(len(leaves))))[-1])[0]
+    ref = last_tree_leaves(treedef)
     if len(ref) != len(out_leaves):
         ref = [next(i for i, s in enumerate(specs) if any(s))] * len(out_leaves)
     out_specs = jax.tree_util.tree_unflatten(out_tree, [
-        _out_spec(len(o.shape), specs[r], fn) for o, r in zip(out_leaves, ref)])
+        result_spec(len(o.shape), specs[r], fn) for o, r in zip(out_leaves, ref)])
     # Unchecked: a result may be replicated over a mesh axis its argument
     # is (every copy along it makes the same call with the same data, so
     # its result is the same), which a message's type cannot say.

@@ -23,6 +23,7 @@ import numpy as np
 from jax import lax
 from mpi4py import MPI
 
+from . import _sharded_requests
 from . import _validate as v
 from ._devices import DeviceCart
 from ._prims_p2p import neighbor_alltoallv_p, neighbor_exchange_p
@@ -558,6 +559,7 @@ def _exchanges(info, sends, sources, dests, avals, tag):
         comm=info, sources=(), dests=(), tag=tag, recv_avals=()))]
 
 
+@_sharded_requests.start()
 def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
     """Start filling the halo of this rank's block of a Cartesian grid.
 
@@ -603,6 +605,7 @@ def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
                                   halo.tag), halo.finish, keep=out)
 
 
+@_sharded_requests.start()
 def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
                         token=None) -> Request:
     """Start exchanging variable-size blocks with the topology's neighbours.

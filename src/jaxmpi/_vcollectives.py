@@ -7,6 +7,7 @@ x.shape[1:]). Zeros allowed."""
 from __future__ import annotations
 
 from . import _core, _pytree
+from . import _sharded_requests
 from . import _validate as v
 from ._prims_vcollectives import (allgatherv_p, alltoallv_p, gatherv_p,
                                   reduce_scatter_p, scatterv_p)
@@ -50,6 +51,7 @@ def allgatherv(x, counts, *, comm=None, token=None):
     return allgatherv_p.bind(x, comm=info, counts=counts)[0]
 
 
+@_sharded_requests.start()
 def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
     """Start gathering a different number of rows from each rank, everywhere.
 
@@ -124,6 +126,7 @@ def gatherv(x, counts, root, *, comm=None, token=None):
     return y if info.rank == root else passed_through(x, y)
 
 
+@_sharded_requests.start()
 def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
     """Start gathering a different number of rows from every rank on root.
 
@@ -200,6 +203,7 @@ def scatterv(x, counts, root, *, comm=None, token=None):
     return scatterv_p.bind(x, comm=info, counts=counts, root=root)[0]
 
 
+@_sharded_requests.start()
 def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
     """Start scattering the root's rows: rank r gets ``counts[r]`` of them.
 
@@ -282,6 +286,7 @@ def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
                             recvcounts=recvcounts)[0]
 
 
+@_sharded_requests.start()
 def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
                token=None) -> Request:
     """Start sending a different number of rows to every rank.
@@ -373,6 +378,7 @@ def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
                                  counts=counts)[0]
 
 
+@_sharded_requests.start()
 def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
     """Start reducing ``x``'s blocks over all ranks; rank r gets block r.
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import _jax_compat as jc
-from . import _registry
+from . import _registry, _sharded_requests
 from . import _validate as v
 from ._requests import Request, describe, wait_p
 from ._steps import join
@@ -58,6 +58,8 @@ def wait(request, *, token=None):
     tok = v.token_arg(token, "wait")
     join(tok)
     state.waited = True
+    if state.sharded is not None:  # started eagerly on sharded arrays
+        return _sharded_requests.wait(request)
     results = []
     for part in request._parts:
         outs = wait_p.bind(part.handle, *part.bufs, spec=part.spec)
