@@ -63,6 +63,7 @@ GPUREQ = "tests/launch/test_gpu_requests.py"
 DEV_ORD = "tests/devices/test_ordering.py"
 DEV_CART = "tests/devices/test_devicecart.py"
 DEV_AXIS = "tests/devices/test_allreduce_axis.py"
+DEV_SHARDED = "tests/devices/test_sharded.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -409,6 +410,19 @@ MUTANTS = [
            "whole = lax.all_gather(piece, axis_name, tiled=True)",
            "allreduce(axis_name=...) from 64 KiB: the pieces gathered without "
            "their MPI reduction across processes", (DEV_AXIS,), devices=2),
+    Mutant("py-sharded-wait-donates-every-buffer",
+           "src/jaxmpi/_sharded_requests.py",
+           "donate += [at + 1 + i for i in spec.results]",
+           "donate += [at + 1 + i for i in range(k)]",
+           "an eager sharded request's wait donates its send buffers too "
+           "(JAX pairs one with the result: XLA copies)", (DEV_SHARDED,),
+           select="nonblocking", devices=2),
+    Mutant("py-sharded-wait-result-replicated",
+           "src/jaxmpi/_sharded_requests.py",
+           "_sharded.result_spec(len(o.shape), r, plan.fn)",
+           "PartitionSpec()",
+           "an eager sharded request's result taken from one device for "
+           "every shard", (DEV_SHARDED,), select="nonblocking", devices=2),
 ]
 
 # Mutants the suite cannot kill, and why (CONTRIBUTING.md has the same list).
