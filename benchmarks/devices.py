@@ -510,7 +510,10 @@ class Job:
             del env[k]
         flags = [f for f in env.get("XLA_FLAGS", "").split()
                  if not f.startswith("--xla_force_host_platform_device_count")]
-        env.update(JAX_PLATFORMS="cpu", XLA_FLAGS=" ".join(
+        # JAX's persistent cache off: jax 0.10 crashes writing a program
+        # over several devices (jaxmpi raises instead; docs/devices.md).
+        env.update(JAX_PLATFORMS="cpu", JAX_ENABLE_COMPILATION_CACHE="false",
+                   XLA_FLAGS=" ".join(
             [*flags, f"--xla_force_host_platform_device_count={devices}"]))
         cmd = [*launcher(args), "-n", str(ranks), sys.executable, os.path.abspath(__file__),
                "--worker", impl, "--ctl", ctl, "--procs", str(args.procs),

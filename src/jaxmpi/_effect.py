@@ -71,6 +71,15 @@ def _position(ctx, n: int):
             f"{_call_name(ctx)}: several GPUs per process are not supported "
             "yet (the C core would have to read the device's position from "
             "GPU memory): start one process per GPU")
+    crashes = jc.persistent_cache_crashes()
+    if crashes:
+        raise RuntimeError(
+            f"{_call_name(ctx)} over {n} devices: JAX's persistent compilation "
+            f"cache is on (jax_compilation_cache_dir), and jax {crashes} "
+            "crashes (a segmentation fault) writing a program over several "
+            "devices with jaxmpi's ordered-effect tokens to it. Turn it off: "
+            "jax.config.update('jax_enable_compilation_cache', False), or "
+            "JAX_ENABLE_COMPILATION_CACHE=false")
     i32 = jc.mlir.ir.RankedTensorType.get(
         [], jc.mlir.ir.IntegerType.get_signless(32))
     return jc.hlo.convert(i32, jc.hlo.partition_id())

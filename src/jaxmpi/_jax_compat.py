@@ -28,6 +28,9 @@ from jax._src.dispatch import apply_primitive
 # - whether any trace (jit, grad, vmap) is active; jax.core's alias was
 #   deprecated in 0.6 and removed;
 from jax._src.core import trace_state_clean
+# - whether JAX's persistent compilation cache is on (jaxlib 0.10 crashes
+#   writing a program over several devices with ordered-effect tokens);
+from jax._src import compilation_cache as _compilation_cache
 # - the abstract value of a token: jax.extend.core has the class
 #   (AbstractToken) but not the instance that token avals are (jaxmpi checks
 #   identity, as JAX does).
@@ -143,6 +146,18 @@ def pvary(x, axes):
     return _core_internal.pvary(x, tuple(axes))
 
 
+def persistent_cache_crashes() -> str | None:
+    """The jaxlib version, where JAX's persistent compilation cache is on
+    and this jaxlib crashes writing a program over several devices that
+    carries an ordered effect's tokens (a segmentation fault in the
+    serialization of its layouts: jaxlib 0.10.2; 0.6.2 writes it), else
+    None."""
+    version = tuple(int(p) for p in jax.__version__.split(".")[:2])
+    if version >= (0, 10) and _compilation_cache.is_persistent_cache_enabled():
+        return jax.__version__
+    return None
+
+
 def shard_map(f, mesh, in_specs, out_specs, check_vma=True):
     """jax.shard_map over every axis of mesh."""
     return jax.shard_map(f, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
@@ -157,6 +172,6 @@ __all__ = [
     "custom_derivatives_allowed_effects", "lowerable_effects", "mlir",
     "ordered_effects", "partial_eval_kept_effects", "remat_allowed_effects",
     "shardable_ordered_effects", "abstract_mesh", "manual_axes", "vma",
-    "varying", "pvary", "shard_map",
+    "varying", "pvary", "shard_map", "persistent_cache_crashes",
     "trace_ctx", "trace_state_clean",
 ]

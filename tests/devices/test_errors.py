@@ -42,6 +42,39 @@ def test_auto_sharded_jit_is_a_clear_error():
 
 
 @several
+def test_persistent_cache_is_a_clear_error_where_jax_would_crash(tmp_path):
+    """JAX 0.10's persistent compilation cache crashes (segfault) writing a
+    program over several devices with ordered-effect tokens: jaxmpi raises
+    at the lowering instead; older JAX writes it, and the call runs."""
+    mesh = mesh1("same")
+    f = jax.jit(jax.shard_map(lambda x: mpx.allreduce(x, MPI.SUM) + 1,
+                              mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    x = np.arange(2.0 * N)
+    old = (jax.config.jax_compilation_cache_dir,
+           jax.config.jax_enable_compilation_cache,
+           jax.config.jax_persistent_cache_min_compile_time_secs)
+    from jax._src import compilation_cache
+    try:
+        jax.config.update("jax_compilation_cache_dir", str(tmp_path))
+        jax.config.update("jax_enable_compilation_cache", True)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        compilation_cache.reset_cache()
+        version = tuple(int(p) for p in jax.__version__.split(".")[:2])
+        if version >= (0, 10):
+            with pytest.raises(RuntimeError, match=re.escape(
+                    "JAX's persistent compilation cache is on")
+                    + ".*" + re.escape("jax_enable_compilation_cache")):
+                f(x)
+        else:
+            np.testing.assert_array_equal(np.asarray(f(x)), x * SIZE + 1)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", old[0])
+        jax.config.update("jax_enable_compilation_cache", old[1])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", old[2])
+        compilation_cache.reset_cache()
+
+
+@several
 def test_partly_manual_shard_map_is_a_clear_error():
     mesh = make_mesh("2d")
     f = jax.jit(jax.shard_map(lambda x: mpx.allreduce(x, MPI.SUM), mesh=mesh,

@@ -44,6 +44,16 @@ class Job:
                 f"--- stderr\n{self.stderr[-4000:]}")
 
 
+def several_devices(env, args) -> bool:
+    """Whether a job runs programs over several JAX devices per process
+    (forced host devices above 1, or a script's --devices): JAX's
+    persistent cache (CI's) is then off for it, since jax 0.10 crashes
+    writing such a program and jaxmpi raises instead."""
+    count = re.search(r"--xla_force_host_platform_device_count=(\d+)",
+                      env.get("XLA_FLAGS", ""))
+    return bool(count and int(count.group(1)) > 1) or "--devices" in args
+
+
 @pytest.fixture
 def mpirun():
     def run(n, *args, env=None, timeout=300):
@@ -52,6 +62,8 @@ def mpirun():
             del full_env[k]
         full_env.update(san_env())
         full_env.update(env or {})
+        if several_devices(full_env, args):
+            full_env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
         cmd = [*launcher(), "-n", str(n), sys.executable, *args]
         proc = subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True,
                               text=True, timeout=timeout)

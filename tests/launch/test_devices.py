@@ -63,7 +63,10 @@ def run_job(devices, script, args=(), env=None, timeout=240):
     full_env = {k: v for k, v in os.environ.items()
                 if not k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))}
     full_env.update(san_env())
-    full_env.update(JAX_PLATFORMS="cpu", **(env or {}))
+    # JAX's persistent cache (CI's) off: jax 0.10 crashes writing a program
+    # over several devices; jaxmpi raises instead (tests/devices tests it).
+    full_env.update(JAX_PLATFORMS="cpu", JAX_ENABLE_COMPILATION_CACHE="false",
+                    **(env or {}))
     cmd = [*launcher()]
     for i, n in enumerate(devices):
         if i:
