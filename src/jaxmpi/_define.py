@@ -131,9 +131,7 @@ class MPIPrimitive(jc.Primitive):
     that its transpose gives each operand a cotangent of its own type."""
 
     def bind(self, *args, **params):
-        if not jc.trace_state_clean():
-            args = _devices.vary_operands(args, params)
-        return super().bind(*args, **params)
+        return super().bind(*_devices.vary_operands(args, params), **params)
 
 
 def define_blocking(name: str, shape_rule, aliases=None):

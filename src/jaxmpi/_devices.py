@@ -165,8 +165,10 @@ _PEER_PARAMS = ("dest", "source", "dests", "sources")
 
 
 def _target_vma(avals, params):
-    axes = jc.manual_axes(jc.abstract_mesh()) \
-        if not jc.trace_state_clean() else ()
+    # The abstract mesh, not the trace state: JAX 0.12 transposes a
+    # shard_map body with no trace active, and its results must still be
+    # typed as varying there.
+    axes = jc.manual_axes(jc.abstract_mesh())
     if not axes:
         return None
     if any(p in params for p in _PEER_PARAMS):
