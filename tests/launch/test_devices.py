@@ -12,11 +12,18 @@ import subprocess
 import sys
 import textwrap
 
+import jax
 import pytest
 
 from conftest import ROOT, Job, launcher, san_env
 
 SUITES = ("jax_dependent",)
+
+# A failed program over several devices: JaxRuntimeError (JAX 0.6: an
+# XlaRuntimeError whose message starts "Buffer Definition Event: ").
+ERROR = r"(?:Jax|Xla)RuntimeError: "
+EVENT = r"(?:Buffer Definition Event: )?"
+JAX_VERSION = tuple(int(p) for p in jax.__version__.split(".")[:2])
 
 PRELUDE = """
 import os, sys
@@ -135,7 +142,7 @@ def test_watchdog_names_the_position(tmp_path):
     job = run_job([2, 2], script, env={"JAXMPI_TIMEOUT": "2", "JAXMPI_CHECK": "0"})
     assert "rank 1 recv ok" in job.stdout, job
     assert re.search(
-        r"rank 0 recv error: JaxRuntimeError: DEADLINE_EXCEEDED: jaxmpi\.recv "
+        rf"rank 0 recv error: {ERROR}DEADLINE_EXCEEDED: {EVENT}jaxmpi\.recv "
         r"\(device position 1 of 2\): timed out after 2 s \(JAXMPI_TIMEOUT\) in "
         r"MPI_Recv on rank 0 of 2, source 1, tag 9", job.stdout), job
 
@@ -159,11 +166,12 @@ def test_check_names_the_position(tmp_path):
     job = run_job([2, 2, 2], script, env={"JAXMPI_CHECK": "1"})
     assert job.returncode == 0, job
     for r in range(3):
-        assert (f"rank {r} check error: JaxRuntimeError: FAILED_PRECONDITION: "
-                "jaxmpi.allreduce (device position 1 of 2): collective call #1 "
-                "on this communicator differs across ranks (JAXMPI_CHECK): the "
-                "array: rank 0 has float32[3], ranks 1,2 have float32[2]"
-                ) in job.stdout, job
+        assert re.search(
+            rf"rank {r} check error: {ERROR}FAILED_PRECONDITION: {EVENT}"
+            + re.escape("jaxmpi.allreduce (device position 1 of 2): collective "
+                        "call #1 on this communicator differs across ranks "
+                        "(JAXMPI_CHECK): the array: rank 0 has float32[3], "
+                        "ranks 1,2 have float32[2]"), job.stdout), job
 
 
 def test_calls_after_an_error_run(tmp_path):
@@ -203,6 +211,9 @@ def test_waits_then_blocking_calls_in_a_loop(tmp_path):
             assert f"rank {r} loop {i} ok" in job.stdout, job
 
 
+@pytest.mark.skipif(JAX_VERSION < (0, 7), reason="gradients through a "
+                    "DeviceCart halo with non-periodic edges need JAX 0.7 "
+                    "(docs/devices.md, Limits)")
 def test_exchange_after_backward_request(tmp_path):
     script = write(tmp_path, """
         cart = MPI.COMM_WORLD.Create_cart([size], periods=[False])
