@@ -182,6 +182,8 @@ def _target_vma(avals, params):
 def vary_operands(args, params):
     """The operands of a jaxmpi primitive, each made to vary over the manual
     axes its result will (see above); as they are outside shard_map."""
+    if not jc.manual_axes(jc.abstract_mesh()):  # every bind: the cheap test
+        return args
     want = _target_vma([getattr(a, "aval", a) for a in args], params)
     if not want:
         return args
