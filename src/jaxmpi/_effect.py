@@ -54,14 +54,24 @@ def _call_name(ctx) -> str:
     return "jaxmpi." + name[len("jaxmpi_"):]
 
 
+def _manual_mesh(ctx):
+    """The mesh of the shard_map body the call is lowered in, where every
+    mesh axis is manual; None elsewhere (one device, or an auto-sharded or
+    partly manual computation)."""
+    axis_ctx = ctx.module_context.axis_context
+    mesh = getattr(axis_ctx, "mesh", None)
+    if mesh is None or set(getattr(axis_ctx, "manual_axes", ())) != set(
+            mesh.axis_names):
+        return None
+    return mesh
+
+
 def _position(ctx, n: int):
     """The position in the mesh of the device running a shard_map body over
     n devices, as an int32 scalar: its partition id, the device's flat index
     in the mesh (JAX lowers axis_index from it the same way)."""
-    axis_ctx = ctx.module_context.axis_context
-    mesh = getattr(axis_ctx, "mesh", None)
-    manual = getattr(axis_ctx, "manual_axes", frozenset())
-    if mesh is None or mesh.size != n or set(manual) != set(mesh.axis_names):
+    mesh = _manual_mesh(ctx)
+    if mesh is None or mesh.size != n:
         raise ValueError(
             f"{_call_name(ctx)} was traced inside shard_map over {n} devices "
             "but is compiled outside it: keep jaxmpi calls inside the "
@@ -85,24 +95,14 @@ def _position(ctx, n: int):
     return jc.hlo.convert(i32, jc.hlo.partition_id())
 
 
-def _manual(ctx) -> bool:
-    """Whether the call is lowered inside shard_map (all axes manual)."""
-    axis_ctx = ctx.module_context.axis_context
-    mesh = getattr(axis_ctx, "mesh", None)
-    return mesh is not None and mesh.size > 1 and set(
-        getattr(axis_ctx, "manual_axes", ())) == set(mesh.axis_names)
-
-
 def _one_device(ctx) -> None:
     """A call traced for one device must be compiled for one: under an
     auto-sharded jit JAX's partitioner would have to place it."""
+    if _manual_mesh(ctx) is not None:  # shard_map, every axis manual
+        return
     axis_ctx = ctx.module_context.axis_context
     mesh = getattr(axis_ctx, "mesh", None)
-    if mesh is not None:  # shard_map: fine where every axis is manual
-        manual = getattr(axis_ctx, "manual_axes", frozenset())
-        n = 1 if set(manual) == set(mesh.axis_names) else mesh.size
-    else:
-        n = getattr(axis_ctx, "num_devices", 1)
+    n = mesh.size if mesh is not None else getattr(axis_ctx, "num_devices", 1)
     if n > 1:
         raise ValueError(f"{_call_name(ctx)} is compiled for {n} devices "
                          f"outside shard_map. {SHARD_MAP_HELP}")
@@ -125,7 +125,8 @@ def lower_with_token(ctx, rule, *operands, **attrs):
         avals_out=[*ctx.avals_out, jc.abstract_token],
     )
     outs = rule(inner, *operands, token, **attrs)
-    if position or _manual(ctx):
+    manual = _manual_mesh(ctx)
+    if position or (manual is not None and manual.size > 1):
         jc.mark_manual(outs[-1].owner)
     # The other ordered effects' tokens pass through (JAX hands every rule
     # the whole set: an ordered jax.debug.callback in the same program).
