@@ -113,14 +113,22 @@ def call(fn, op, bound, trees):
     mesh, leaves, specs = placed(fn, leaves)
     static = {k: v for k, v in args.items() if k not in trees}
     key = cache_key(op, treedef, static, leaves, specs, mesh)
-    run = _cache.get(key) if key is not None else None
-    if run is None:
-        run = _compile(fn, op, mesh, treedef, trees, static, leaves, specs)
-        if key is not None:
-            if len(_cache) > 256:
-                _cache.clear()
-            _cache[key] = run
+    run = cached(_cache, key, lambda: _compile(
+        fn, op, mesh, treedef, trees, static, leaves, specs))
     return run(*leaves)
+
+
+def cached(cache: dict, key, build):
+    """``cache[key]``, made by ``build()`` on a miss (a key of None is not
+    cached); the cache is emptied when it passes 256 entries."""
+    hit = cache.get(key) if key is not None else None
+    if hit is None:
+        hit = build()
+        if key is not None:
+            if len(cache) >= 256:
+                cache.clear()
+            cache[key] = hit
+    return hit
 
 
 def cache_key(op, treedef, static, leaves, specs, mesh):

@@ -27,8 +27,8 @@ from jax.sharding import PartitionSpec
 
 from . import _jax_compat as jc
 from . import _registry, _sharded
-from ._requests import (Request, _leaves, _on_drop, _Part, _State,
-                        _user_line, wait_p)
+from ._requests import (_leaves, _on_drop, _State, _unflatten, _user_line,
+                        wait_p)
 
 
 _starts: dict = {}   # cache key -> (the jitted start, its plan)
@@ -48,6 +48,12 @@ class ShardedPlan:
     shape: tuple          # ((WaitSpec, number of buffers) per part)
     finish: object
     ref_specs: tuple      # the spec of each leaf of the last array argument
+
+    @property
+    def requests(self) -> int:
+        """How many leaves are the requests' (handles and buffers; the kept
+        arrays follow them)."""
+        return sum(1 + k for _, k in self.shape)
 
 
 def _axes(mesh):
@@ -102,15 +108,9 @@ def _start(fn, bound, trees):
         return [o.reshape(1) if o.ndim == 0 else o for o in out]
 
     key = _sharded.cache_key(fn, treedef, static, leaves, specs, mesh)
-    hit = _starts.get(key) if key is not None else None
-    if hit is None:
-        ins = tuple(PartitionSpec(*s) for s in specs)
-        hit = [jax.jit(jc.shard_map(body, mesh, ins, PartitionSpec(axes),
-                                    check_vma=False)), None]
-        if key is not None:
-            if len(_starts) > 256:
-                _starts.clear()
-            _starts[key] = hit
+    ins = tuple(PartitionSpec(*s) for s in specs)
+    hit = _sharded.cached(_starts, key, lambda: [jax.jit(jc.shard_map(
+        body, mesh, ins, PartitionSpec(axes), check_vma=False)), None])
     outs = hit[0](*leaves)
     if hit[1] is None:
         # Filled where the start was traced: shapes, the requests' structure
@@ -120,13 +120,9 @@ def _start(fn, bound, trees):
         hit[1] = ShardedPlan(name, mesh, plan["local"], plan["shape"],
                              plan["finish"], ref)
     sharded = hit[1]
-    parts, at = [], 0
-    for spec, n in sharded.shape:
-        parts.append(_Part(outs[at], tuple(outs[at + 1:at + 1 + n]), spec))
-        at += 1 + n
-    state = _State(name, _user_line(), 0, None)
-    state.sharded = sharded
-    req = Request(parts, outs[at:], sharded.finish, state)
+    state = _State(name, _user_line(), 0, None, sharded=sharded)
+    # The Request's pytree layout is the per-device one's: rebuilt from it.
+    req = _unflatten((sharded.shape, sharded.finish, state), list(outs))
     weakref.finalize(req, _on_drop, state, tuple(outs))
     return req
 
@@ -137,20 +133,15 @@ def wait(request):
     returns the very buffers MPI wrote, another makes the result."""
     plan = request._state.sharded
     leaves = _leaves(request)
-    run = _waits.get(plan)
-    if run is None:
-        run = _waits[plan] = _compile_wait(plan, leaves)
-        if len(_waits) > 256:
-            _waits.clear()
-    waiting, finishing = run
-    n = sum(1 + k for _, k in plan.shape)
-    got = waiting(*leaves[:n])
-    return finishing(*got, *leaves[n:])
+    waiting, finishing = _sharded.cached(
+        _waits, plan, lambda: _compile_wait(plan, leaves))
+    got = waiting(*leaves[:plan.requests])
+    return finishing(*got, *leaves[plan.requests:])
 
 
 def _compile_wait(plan, leaves):
     axes = PartitionSpec(_axes(plan.mesh))
-    n = sum(1 + k for _, k in plan.shape)
+    n = plan.requests
     local = plan.local
 
     def waiting(*flat):
