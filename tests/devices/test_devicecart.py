@@ -138,6 +138,17 @@ CASES = [
 ]
 
 
+def run_then_free(body, mesh, ins, dcart, cart):
+    """The program's results, then the DeviceCart and its Cartesian
+    communicator freed (after the results: freeing a communicator in flight
+    is MPI's error)."""
+    try:
+        return jax.block_until_ready(spmd(body, mesh)(ins))
+    finally:
+        dcart.free()
+        cart.Free()
+
+
 @pytest.mark.parametrize("name,ndim,periods,width,layout,api", CASES,
                          ids=[c[0] for c in CASES])
 def test_halo_and_neighbours(name, ndim, periods, width, layout, api):
@@ -172,12 +183,7 @@ def test_halo_and_neighbours(name, ndim, periods, width, layout, api):
         return {"f": f, "i": i, "h": h, "n": n, "m": m, "work": work,
                 "coords": coords}
 
-    try:
-        got = jax.block_until_ready(spmd(body, mesh)(ins))
-    finally:
-        # (after the results: freeing a communicator in flight is MPI's error)
-        dcart.free()
-        cart.Free()
+    got = run_then_free(body, mesh, ins, dcart, cart)
     later = util.Later()
     for k, g in enumerate(coords):
         at = f"position {k} (grid {g}) of rank {RANK}"
@@ -335,11 +341,7 @@ def test_grad_jvp_vmap(name, ndim, periods, width, layout):
                 + jnp.sum(d["nw"] * inbr(n)), argnums=(0, 1))(d["x"], d["n"]))),
         }
 
-    try:
-        got = jax.block_until_ready(spmd(body, mesh)(ins))
-    finally:
-        dcart.free()
-        cart.Free()
+    got = run_then_free(body, mesh, ins, dcart, cart)
     later = util.Later()
     for k, g in enumerate(coords):
         at = f"position {k} (grid {g}) of rank {RANK}"

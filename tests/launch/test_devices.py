@@ -85,13 +85,18 @@ def run_job(devices, script, args=(), env=None, timeout=240):
     return Job(proc)
 
 
-def test_unequal_device_counts_are_a_clear_error_on_every_rank(tmp_path):
-    script = write(tmp_path, """
+# What makes a communicator's per-device duplicates: a collective inside
+# shard_map, and a DeviceCart (each refuses a bad configuration).
+DUPLICATES_JOB = """
         x = np.arange(2.0 * n) + rank
         report("allreduce", spmd(lambda x: mpx.allreduce(x, MPI.SUM)), x)
         cart = MPI.COMM_WORLD.Create_cart([size], periods=[True])
         report("DeviceCart", jaxmpi.DeviceCart, cart, mesh)
-    """)
+"""
+
+
+def test_unequal_device_counts_are_a_clear_error_on_every_rank(tmp_path):
+    script = write(tmp_path, DUPLICATES_JOB)
     job = run_job([2, 4], script)
     assert job.returncode == 0, job
     for r in range(2):
@@ -106,11 +111,7 @@ def test_unequal_device_counts_are_a_clear_error_on_every_rank(tmp_path):
 
 
 def test_below_thread_multiple_is_a_clear_error_on_every_rank(tmp_path):
-    script = write(tmp_path, """
-        x = np.arange(2.0 * n) + rank
-        report("allreduce", spmd(lambda x: mpx.allreduce(x, MPI.SUM)), x)
-        cart = MPI.COMM_WORLD.Create_cart([size], periods=[True])
-        report("DeviceCart", jaxmpi.DeviceCart, cart, mesh)
+    script = write(tmp_path, DUPLICATES_JOB + """
         # one device per process is still fine at this level
         report("one device", mpx.allreduce, jnp.ones(2), MPI.SUM)
     """)
