@@ -20,7 +20,6 @@ blocking op's rule puts it.
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass
 from functools import partial
@@ -42,11 +41,6 @@ from ._requests import HANDLE_AVAL, WaitSpec, raise_if_dropped, wait_p
 # data).
 LOWERING_PLATFORMS = ("cpu", "cuda")
 
-# JAX >= 0.7 lowers equal equations (same params and shapes) once per module
-# and calls the one body from each; ours are lowered each in place, so that
-# each call carries its own source line (`site`).
-_UNCACHED = ({"cacheable": False} if "cacheable" in
-             inspect.signature(jc.mlir.register_lowering).parameters else {})
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -122,7 +116,7 @@ def register_lowering(prim, lowering) -> None:
     """`lowering` for both platforms, lowered at each call (its site)."""
     for platform in LOWERING_PLATFORMS:
         jc.mlir.register_lowering(prim, lowering, platform=platform,
-                                  **_UNCACHED)
+                                  **jc.UNCACHED)
 
 
 class MPIPrimitive(jc.Primitive):

@@ -247,9 +247,56 @@ def _wait_lowering(ctx, handle, *bufs, spec):
     return lower_with_token(ctx, rule, handle, *bufs)
 
 
+def _computed_since(value):
+    """The tensors computed after `value`'s operation in the current block
+    and not used there yet: every operation emitted since (what the program
+    computes between a start and its wait) either has one of them among its
+    results or feeds one of them. Empty where `value` is not an operation's
+    result in this block."""
+    start = value.owner
+    block = jc.ir.InsertionPoint.current.block
+    if not isinstance(start, (jc.ir.Operation, jc.ir.OpView)):
+        return []
+    start = start.operation
+    found, since = False, []
+    for op in block.operations:
+        op = op.operation
+        if not found:
+            found = op == start
+            continue
+        since.extend(r for r in op.results
+                     if str(r.type).startswith("tensor<")
+                     and next(iter(r.uses), None) is None)
+    return since
+
+
+def _wait_lowering_gpu(ctx, handle, *bufs, spec):
+    """The wait on XLA:GPU, after everything its program computes between
+    the start and the wait. A GPU wait blocks XLA's host thread until MPI
+    completes (XLA:GPU takes no future), and XLA:GPU runs its thunks in the
+    order its scheduler chose, which puts a wait that no data ties to the
+    computation before it right after its start: nothing was enqueued on
+    the GPU to overlap with (H200, benchmarks/overlap.py --gpu: T = C + M,
+    efficiency 0.01-0.02 at 64 B and 512 KiB). The effect token the wait
+    takes goes through an optimization barrier with the tensors computed
+    since the start (_computed_since), so that the wait comes after them,
+    as written."""
+    since = _computed_since(handle)
+    token = ctx.tokens_in.get(mpi_effect)
+    if not since:
+        return _wait_lowering(ctx, handle, *bufs, spec=spec)
+    barrier = jc.hlo.OptimizationBarrierOp([token, *since])
+    inner = ctx.replace(tokens_in=ctx.tokens_in.update_tokens(
+        jc.mlir.TokenSet({mpi_effect: barrier.results[0]})))
+    outs = _wait_lowering(inner, handle, *bufs, spec=spec)
+    ctx.set_tokens_out(inner.tokens_out)
+    return outs
+
+
 # XLA:CPU and XLA:GPU: the C core has a wait handler for each platform.
-for _platform in ("cpu", "cuda"):
-    jc.mlir.register_lowering(wait_p, _wait_lowering, platform=_platform)
+jc.mlir.register_lowering(wait_p, _wait_lowering, platform="cpu", **jc.UNCACHED)
+jc.mlir.register_lowering(wait_p, _wait_lowering_gpu, platform="cuda",
+                          **jc.UNCACHED)
 # Its JVP, transpose and batching rule are _define's, beside the starts'.
 
 
