@@ -20,14 +20,17 @@ VERSIONS=("$@")
 GLIBC_FLOOR=2.27
 TESTS=(tests/mpi/test_p2p.py tests/mpi/test_ordering.py tests/mpi/test_in_place.py)
 log() { printf '\n=== [%s] %s\n' "$(date +%T)" "$*"; }
+. scripts/step_timing.sh
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
 if [ "${JAXMPI_REUSE_WHEEL:-0}" = 1 ] && ls "$OUT"/dist/jaxmpi-*.whl >/dev/null 2>&1; then
   log "reusing the wheel in $OUT/dist (JAXMPI_REUSE_WHEEL=1)"
 else
   log "sdist and wheel (scripts/build_wheel.sh, setuptools ${JAXMPI_SETUPTOOLS:-64.0.0})"
+  step_begin
   JAXMPI_SETUPTOOLS=${JAXMPI_SETUPTOOLS:-64.0.0} JAXMPI_TOOLS_VENV="$OUT/tools-venv" \
     scripts/build_wheel.sh "$OUT/dist"
+  step_end "sdist and wheel (scripts/build_wheel.sh: tools, zig cc, auditwheel)"
 fi
 whl=$(ls "$OUT"/dist/jaxmpi-*-py3-none-*manylinux_*.whl)
 sdist=$(ls "$OUT"/dist/jaxmpi-*.tar.gz)
@@ -74,9 +77,11 @@ assert jaxmpi.__version__ == '$version', jaxmpi.__version__
 print('import jaxmpi', jaxmpi.__version__, 'from', jaxmpi.__file__, 'on Python', sys.version.split()[0])
 ") || fail "import jaxmpi on Python $v"
   log "Python $v: ${TESTS[*]} on 2 ranks"
+  step_begin
   JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=1 \
     timeout --foreground -k 10 900 "$venv/bin/mpiexec" -n 2 "$venv/bin/python" \
     -m pytest -q -x "${TESTS[@]}" -p no:cacheprovider --timeout-method=thread --timeout=300 \
     || fail "tests on Python $v"
+  step_end "Python $v: 3 test files at 2 ranks from the wheel"
 done
 log "the wheel passed on Python ${VERSIONS[*]}"
