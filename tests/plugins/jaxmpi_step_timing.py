@@ -2,15 +2,16 @@
 summary (.ci/run): one line per test file (under mpiexec: tests/mpi,
 tests/devices) or per test (plain pytest: tests/launch, tests/multihost),
 with the seconds it took and, where JAX compiled in this process, how much
-of that was JAX's compilation (its monitoring events: the backend compile,
-persistent-cache reads included, and the hits and misses of the persistent
-cache).
+of that was JAX's tracing and lowering to MLIR (never cached across
+processes) and its compilation (the backend compile, persistent-cache reads
+included, and the hits and misses of the persistent cache), from JAX's
+monitoring events.
 
 Loaded by name (`-p jaxmpi_step_timing`, with tests/plugins on PYTHONPATH:
 ./run, scripts/ci_multihost.sh); it does nothing unless JAXMPI_STEP_LOG
 names a file, to which it appends tab-separated lines
 
-    SECONDS  part  NAME [JAXMPI_STEP_LABEL] (JAX compile C s: H cached, M compiled)
+    SECONDS  part  NAME [LABEL] (JAX: trace and lowering T s, compile C s: ...)
 
 (JAXMPI_STEP_LABEL: words joined by _, as env(1) takes them: at_2_ranks.)
 
@@ -42,6 +43,7 @@ class _Jax:
     def __init__(self):
         self.registered = False
         self.compile_s = 0.0
+        self.lower_s = 0.0
         self.hits = 0
         self.misses = 0
 
@@ -57,6 +59,9 @@ class _Jax:
         def on_duration(event, duration, *args, **kwargs):
             if event == "/jax/core/compile/backend_compile_duration":
                 self.compile_s += float(duration)
+            elif event in ("/jax/core/compile/jaxpr_trace_duration",
+                           "/jax/core/compile/jaxpr_to_mlir_module_duration"):
+                self.lower_s += float(duration)
 
         def on_event(event, *args, **kwargs):
             if event == "/jax/compilation_cache/cache_hits":
@@ -71,7 +76,7 @@ class _Jax:
             pass
 
     def snapshot(self):
-        return self.compile_s, self.hits, self.misses
+        return self.compile_s, self.lower_s, self.hits, self.misses
 
 
 class StepTiming:
@@ -89,14 +94,15 @@ class StepTiming:
     def _close(self):
         if self.current is None:
             return
-        key, start, (c0, h0, m0) = self.current
+        key, start, (c0, l0, h0, m0) = self.current
         self.current = None
         took = time.monotonic() - start
-        c1, h1, m1 = self.jax.snapshot()
+        c1, l1, h1, m1 = self.jax.snapshot()
         detail = ""
         if self.jax.registered and (c1 - c0 > 0.05 or h1 + m1 > h0 + m0):
-            detail = (f" (JAX compile {c1 - c0:.1f} s: {h1 - h0} cached, "
-                      f"{m1 - m0} compiled)")
+            detail = (f" (JAX: trace and lowering {l1 - l0:.1f} s, compile "
+                      f"{c1 - c0:.1f} s: {h1 - h0} from the cache, {m1 - m0} "
+                      f"compiled)")
         label = f" {self.label}" if self.label else ""
         self.rows.append(f"{took:.1f}\tpart\t{key}{label}{detail}\n")
 
