@@ -15,7 +15,8 @@ names a file, to which it appends tab-separated lines
 
 (JAXMPI_STEP_LABEL: words joined by _, as env(1) takes them: at_2_ranks.)
 
-Under an MPI launcher only rank 0 writes (every rank runs the same tests).
+Under an MPI launcher only rank 0 writes (every rank runs the same tests);
+under pytest-xdist each worker writes its own tests.
 It asserts nothing and changes no test's outcome.
 """
 
@@ -128,6 +129,11 @@ class StepTiming:
 def pytest_configure(config):
     path = os.environ.get("JAXMPI_STEP_LOG")
     if not path or _rank() != 0:
+        return
+    # Under pytest-xdist the workers run the tests and write; the controller
+    # only sees their reports arrive.
+    if (getattr(config.option, "numprocesses", None)
+            and not hasattr(config, "workerinput")):
         return
     per_test = os.environ.get("JAXMPI_STEP_PER_TEST", "0") == "1"
     config.pluginmanager.register(
