@@ -184,23 +184,21 @@ MUTANTS = [
            "rc = JM_CUDA_SUCCESS;",
            "XLA's stream does not wait for a GPU wait's copies back",
            (GPUREQ,)),
-    Mutant("c-cuda-wait-copy-before-mpi", "csrc/request.c",
-           "  complete_here(r);\n"
-           "  XLA_FFI_Error *err = moved ? moved_error(r) : finish(r);\n"
+    Mutant("c-cuda-wait-copy-before-mpi", "csrc/request_gpu.c",
+           "  err = jm_req_complete(r, moved);\n"
            "  if (!err) err = jm_cuda_stage_finish(&r->call, r->gpu, results, "
-           "nresults);\n",
-           "  XLA_FFI_Error *err = jm_cuda_stage_finish(&r->call, r->gpu, "
-           "results, nresults);\n"
-           "  complete_here(r);\n"
-           "  if (!err) err = moved ? moved_error(r) : finish(r);\n",
+           "c->nrets);\n",
+           "  err = jm_cuda_stage_finish(&r->call, r->gpu, results, c->nrets);\n"
+           "  XLA_FFI_Error *done = jm_req_complete(r, moved);\n"
+           "  if (!err) err = done;\n",
            "a GPU wait enqueues the copies back before MPI completed",
            (GPUREQ,)),
-    # ---- non-blocking operations (csrc/request.c, src/jaxmpi/_prims_*.py)
-    Mutant("c-isendrecv-swap", "csrc/request.c",
+    # ---- non-blocking operations (csrc/starts.c, src/jaxmpi/_prims_*.py)
+    Mutant("c-isendrecv-swap", "csrc/starts.c",
            "c->source,\n                    c->recvtag, c->comm, &r->reqs[0]);",
            "c->dest,\n                    c->recvtag, c->comm, &r->reqs[0]);",
            "isendrecv receives from dest instead of source", (NB,)),
-    Mutant("c-ineighbor-dest", "csrc/request.c",
+    Mutant("c-ineighbor-dest", "csrc/starts.c",
            "rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],",
            "rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->sources[i],",
            "ineighbor_exchange sends pair i to sources[i]", (NB,)),
@@ -224,7 +222,7 @@ MUTANTS = [
            "batch_axes=rooted_axes([0, 1], [0])",
            "batch_axes=rooted_axes([0, 0], [0])",
            "vmap of igather says the root's result is batched in front", (NB,)),
-    Mutant("c-ireduce-scatter-counts-reversed", "csrc/request.c",
+    Mutant("c-ireduce-scatter-counts-reversed", "csrc/starts.c",
            "    ints[j] = (int)counts[j];\n",
            "    ints[j] = (int)counts[c->size - 1 - j];\n",
            "ireduce_scatter gives rank r the block of counts[size - 1 - r]",
@@ -234,7 +232,7 @@ MUTANTS = [
            "after_wait=None)",
            "iexscan leaves rank 0 the result MPI leaves undefined", (NB,),
            select="reducing"),
-    Mutant("c-iv-displacements-in-rows", "csrc/request.c",
+    Mutant("c-iv-displacements-in-rows", "csrc/starts.c",
            "    at += n; /* both at most INT_MAX: no overflow */",
            "    at += rows;",
            "the non-blocking v-ops' displacements count rows, not elements",

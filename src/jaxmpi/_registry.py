@@ -34,32 +34,33 @@ EXTRA_BLOCKING_TARGETS = ("reduce_scatter_block",)
 # (ireduce_scatter_p: equal blocks go to ireduce_scatter_block).
 EXTRA_START_TARGETS = ("ireduce_scatter_block",)
 
-# What the definitions fill (_define), as ops.h's JM_OPS and JM_IOPS:
-# name -> the primitive of each blocking op, and name -> the row of each
-# start (_define.Start: its primitive, results, backward request, JVP
-# check, batch axes, what its wait does after MPI).
+# What the definitions fill (_define, _requests), as ops.h's JM_OPS,
+# JM_IOPS and JM_WAITS: name -> the primitive of each blocking op, name ->
+# the row of each start (_define.Start: its primitive, results, backward
+# request, JVP check, batch axes, what its wait does after MPI), and the
+# wait's primitive.
 BLOCKING: dict = {}
 STARTS: dict = {}
+WAITS: dict = {}
 
 
 def check_table(table: dict) -> None:
     """Raise ImportError unless the C core's table (_core.Core.table)
-    agrees with Python's: the same blocking ops as BLOCKING and the same
-    starts as STARTS (names without the ``jaxmpi_`` prefix), the FFI
+    agrees with Python's: the same blocking ops as BLOCKING, starts as
+    STARTS and waits as WAITS (names without the ``jaxmpi_`` prefix), the FFI
     attributes with the same kinds, the buffer limits the validation
     assumes, and the byte size of every dtype code in _dtypes. A
     disagreement means a C core built from other sources than this Python
     package (a stale build). Run by ``import jaxmpi`` once every primitive
     is defined."""
     problems = []
-    c_ops = {n for n, row in table["ops"].items() if not row[3]}
-    c_starts = {n for n, row in table["ops"].items() if row[3]}
-    for what, c_names, py_names in (("blocking ops", c_ops,
-                                     set(BLOCKING) |
-                                     set(EXTRA_BLOCKING_TARGETS)),
-                                    ("non-blocking starts", c_starts,
-                                     set(STARTS) |
-                                     set(EXTRA_START_TARGETS))):
+    for what, kind, py_names in (
+            ("blocking ops", "blocking",
+             set(BLOCKING) | set(EXTRA_BLOCKING_TARGETS)),
+            ("non-blocking starts", "start",
+             set(STARTS) | set(EXTRA_START_TARGETS)),
+            ("waits", "wait", set(WAITS))):
+        c_names = {n for n, row in table["ops"].items() if row[3] == kind}
         if c_names != py_names:
             problems.append(
                 f"{what}: only in C {sorted(c_names - py_names)}, only in "

@@ -218,6 +218,7 @@ class WaitSpec:
 
 wait_p = jc.Primitive("jaxmpi_wait")
 wait_p.multiple_results = True
+_registry.WAITS["wait"] = wait_p
 
 
 def _wait_abstract(handle, *bufs, spec):

@@ -21,9 +21,10 @@ def test_the_table_agrees_with_python():
     _registry.check_table(t)
     ops = t["ops"]
     # independent facts of the C table, as ops.h writes them
-    assert ops["allreduce"] == (1, 1, ("comm", "op"), False)
-    assert ops["sendrecv"][:2] == (2, 1) and not ops["sendrecv"][3]
-    assert ops["iallreduce"][3] and ops["iallreduce"][:2] == (1, 2)
+    assert ops["allreduce"] == (1, 1, ("comm", "op"), "blocking")
+    assert ops["sendrecv"][:2] == (2, 1) and ops["sendrecv"][3] == "blocking"
+    assert ops["iallreduce"][3] == "start" and ops["iallreduce"][:2] == (1, 2)
+    assert ops["wait"][3] == "wait"
     assert t["attrs"]["sources"] is True and t["attrs"]["root"] is False
     assert t["dtype_sizes"][11] == 4 and t["dtype_sizes"][18] == 16
 
@@ -34,7 +35,7 @@ def test_a_disagreement_is_an_import_error(tamper, monkeypatch):
     t = copy.deepcopy(_table())
     prims, starts = dict(_registry.BLOCKING), dict(_registry.STARTS)
     if tamper == "c_op":
-        t["ops"]["reduce_everything"] = (1, 1, ("comm",), False)
+        t["ops"]["reduce_everything"] = (1, 1, ("comm",), "blocking")
     elif tamper == "py_op":
         del prims["scan"]
     elif tamper == "start":
