@@ -52,7 +52,7 @@ def test_no_python_module_imports_its_floor_or_above():
     layers = _load("py_layers")
     deps = layers.dependencies()
     # the analysis sees the package's imports, relative and absolute
-    assert {"_registry", "_requests", "_define"} <= {
+    assert {"_registry", "_primitives", "_validate"} <= {
         i.target for i in deps["_prims_p2p"] if i.package}, deps["_prims_p2p"]
     assert {i.target for i in deps["__main__"] if i.package} >= {"__init__"}
     assert {i.target for i in deps["experimental"] if i.package} == {"notoken"}
