@@ -62,7 +62,11 @@ typedef struct jm_call {
    * its position pairs) instead of comm. */
   int position, ndevices, paired;
   void *stream;    /* XLA's CUDA stream of this call (GPU handlers only) */
-  void *req;       /* a start's request once made (request.c) */
+  void *req;       /* a start's request once made, a wait's once found
+                     (request.c) */
+  /* A wait: the call of the start it completes (the request's copy: valid
+   * until the wait's body completes the request, which frees it). */
+  const struct jm_call *of;
   /* The arrays: only the entries decoded are set (nargs, nrets, nsources,
    * ndests; the pairs' communicators where `paired`). jm_decode zeroes the
    * fields above only: zeroing these 3.8 KB too was about a tenth of a

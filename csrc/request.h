@@ -138,8 +138,8 @@ void jm_req_progress(void);
 
 /* The wait's bind step (ops.h's wait row): its request, found by its handle
  * (XLA:CPU) or by the device addresses of its handle and buffers (XLA:GPU),
- * claimed and in c->req; c names the request's communicator, rank and size
- * from then on. */
+ * claimed and in c->req, its start's call in c->of; c names the request's
+ * communicator, rank and size from then on. */
 XLA_FFI_Error *jm_wait_bind(jm_call *c, int on_gpu);
 
 /* A start's body (desc->run) for a call whose buffers are GPU memory:

@@ -66,6 +66,7 @@ XLA_FFI_Error *jm_wait_bind(jm_call *c, int on_gpu) {
   /* From here the wait's call names its request: the start's communicator
    * (the debug log's rank and size). */
   c->req = r;
+  c->of = &r->call;
   c->comm = r->call.comm;
   c->rank = r->call.rank;
   c->size = r->call.size;
