@@ -511,7 +511,6 @@ static XLA_FFI_Error *decode_attrs(jm_call *c, const XLA_FFI_Attrs *attrs,
   c->tag = (int)(int64_t)raw[JM_ATTR_tag];
   c->sendtag = (int)(int64_t)raw[JM_ATTR_sendtag];
   c->recvtag = (int)(int64_t)raw[JM_ATTR_recvtag];
-  c->offset = (int)(int64_t)raw[JM_ATTR_offset];
   c->status = (jm_Status *)(uintptr_t)raw[JM_ATTR_status];
   c->site = (int64_t)raw[JM_ATTR_site];
   c->ndevices = (int)(int64_t)raw[JM_ATTR_devices];

@@ -42,7 +42,6 @@ typedef struct jm_call {
   jm_Comm comm;
   jm_Op op;
   int root, source, dest, tag, sendtag, recvtag;
-  int offset; /* rotate: rank r sends to r + offset */
   int nsources, ndests; /* array attributes */
   jm_Status *status; /* caller's MPI.Status, or NULL */
   /* Row counts per rank (the counts, sendcounts and recvcounts attributes):

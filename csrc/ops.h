@@ -34,7 +34,6 @@
   X(dest, SCALAR)                                                              \
   X(dests, ARRAY)                                                              \
   X(devices, SCALAR)                                                           \
-  X(offset, SCALAR)                                                            \
   X(op, SCALAR)                                                                \
   X(recvcounts, ARRAY)                                                         \
   X(recvtag, SCALAR)                                                           \
@@ -96,8 +95,7 @@ enum { JM_IN, JM_OUT }; /* the payload column */
 #define JM_OPS_REDUCE_SCATTER_EXSCAN(X)                                        \
   X(reduce_scatter_block, 1, 1, 0, JM_IN, JM_A(comm) | JM_A(op))               \
   X(reduce_scatter, 1, 1, 0, JM_IN, JM_A(comm) | JM_A(op) | JM_A(counts))      \
-  X(exscan, 1, 1, 0, JM_IN, JM_A(comm) | JM_A(op))                             \
-  X(rotate, 1, 1, 0, JM_IN, JM_A(comm) | JM_A(offset))
+  X(exscan, 1, 1, 0, JM_IN, JM_A(comm) | JM_A(op))
 
 /* Non-blocking starts (starts.c), XLA:CPU and XLA:GPU (the CUDA handler
  * stages through pinned memory the request owns). Result 0 is the request's
@@ -127,7 +125,6 @@ enum { JM_IN, JM_OUT }; /* the payload column */
  * rooted ops: [x] off gatherv's root, [y] off scatterv's), never one
  * buffer for both. */
 #define JM_IVOPS(X)                                                            \
-  X(irotate, 1, 3, 0, JM_IN, JM_A(comm) | JM_A(offset))                        \
   X(iallgatherv, 1, 3, 0, JM_IN, JM_A(comm) | JM_A(counts))                    \
   X(igatherv, 1, JM_VARIADIC, 0, JM_IN,                                        \
     JM_A(comm) | JM_A(counts) | JM_A(root))                                    \

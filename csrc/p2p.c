@@ -301,19 +301,3 @@ XLA_FFI_Error *jm_run_neighbor_alltoallv(jm_call *c) {
   }
   return NULL;
 }
-
-/* rotate: rank r sends x to r + offset and receives y from r - offset. */
-XLA_FFI_Error *jm_run_rotate(jm_call *c) {
-  jm_buffer *x = &c->arg[0], *y = &c->ret[0];
-  const int n = c->size, k = ((c->offset % n) + n) % n;
-  const int dest = (c->rank + k) % n, source = (c->rank - k + n) % n;
-  jm_Status st;
-  memset(&st, 0, sizeof st);
-  double t0 = jm_log_start();
-  int rc = jm_Sendrecv(x->data, x->count, x->elsize, x->mpi, dest, 0, y->data,
-                       y->count, y->elsize, y->mpi, source, 0, c->comm, &st);
-  if (jm_cfg.debug) jm_log(c, "MPI_Sendrecv", "source", source, y->count,
-                           y->dtype, t0);
-  if (rc) return jm_mpi_failure(c, "MPI_Sendrecv", "source", source, rc);
-  return jm_check_received(c, y, &st);
-}

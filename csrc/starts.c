@@ -619,26 +619,3 @@ XLA_FFI_Error *jm_run_ineighbor_exchange(jm_call *c) {
   }
   return jm_req_post(c, r, rc, t0);
 }
-
-/* rotate: results [xs (x's own buffer, sent from), y]. */
-XLA_FFI_Error *jm_run_irotate(jm_call *c) {
-  jm_buffer *x = &c->ret[1], *y = &c->ret[2];
-  const int n = c->size, k = ((c->offset % n) + n) % n;
-  jm_req *r;
-  XLA_FFI_Error *err =
-      jm_req_begin(c, &r, "MPI_Irecv", "source", (c->rank - k + n) % n);
-  if (err) return err;
-  jm_req_keep(r, x);
-  jm_req_keep(r, y);
-  double t0 = jm_log_start();
-  int rc = jm_Irecv(y->data, y->count, y->elsize, y->mpi, r->peer, 0, c->comm,
-                    &r->reqs[0]);
-  if (!rc) {
-    r->nreq = r->nrecv = 1;
-    r->recv_ret[0] = 2;
-    rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, (c->rank + k) % n, 0,
-                  c->comm, &r->reqs[1]);
-    if (!rc) r->nreq = 2;
-  }
-  return jm_req_post(c, r, rc, t0);
-}

@@ -11,8 +11,7 @@ import numpy as np
 from . import _dispatch
 from . import _validate as v
 from ._parse import Args
-from ._prims_p2p import (irotate_p, neighbor_exchange_p, recv_p, rotate_p,
-                         send_p, sendrecv_p)
+from ._prims_p2p import neighbor_exchange_p, recv_p, send_p, sendrecv_p
 from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
 from ._requests import Request
 from ._validate import ANY_SOURCE, ANY_TAG
@@ -394,64 +393,3 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
     """
     return _exchange("ineighbor_exchange", sendbufs, recvbufs, sources, dests,
                      tag, comm, token, 1, PAIRS_PER_REQUEST).start()
-
-
-
-def _rotate(fn, x, offset, comm, token):
-    a = Args(fn, comm, token)
-    x = a.array(x)
-    return a.call(x, offset=v.static_int(offset, fn, "offset"))
-
-
-@_dispatch.blocking()
-def rotate(x, offset, *, comm=None, token=None):
-    """Every rank's ``x`` moves ``offset`` ranks on, around the ring.
-
-    MPI_Sendrecv: rank r sends ``x`` to rank r + offset and receives from rank
-    r - offset (modulo the size).
-
-    Args:
-        x: the array to move, the same shape and dtype on every rank.
-        offset: how many ranks on it goes (a static int, any sign).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
-    Returns:
-        Rank r - offset's ``x``.
-
-    Raises:
-        TypeError: ``offset`` is not a static int.
-
-    Example:
-        ``mpirun -n 3``:
-
-            y = mpx.rotate(jnp.full(2, rank), 1)   # rank r: [r - 1, r - 1]
-    """
-    return _rotate("rotate", x, offset, comm, token).bind(rotate_p)[0]
-
-
-@_dispatch.start()
-def irotate(x, offset, *, comm=None, token=None) -> Request:
-    """Start moving every rank's ``x`` ``offset`` ranks on.
-
-    MPI_Irecv and MPI_Isend, completed by ``wait``: the non-blocking form of
-    ``rotate``.
-
-    Args:
-        x: the array to move, the same shape and dtype on every rank.
-        offset: how many ranks on it goes (a static int, any sign).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
-    Returns:
-        A ``Request``; ``wait`` on it returns rank r - offset's ``x``.
-
-    Raises:
-        TypeError: ``offset`` is not a static int.
-
-    Example:
-        ``mpirun -n 3``:
-
-            y = mpx.wait(mpx.irotate(jnp.full(2, rank), 1))
-    """
-    return _rotate("irotate", x, offset, comm, token).start()

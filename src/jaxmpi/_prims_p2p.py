@@ -13,8 +13,7 @@ from mpi4py import MPI
 
 from . import _jax_compat as jc
 from . import _registry
-from ._primitives import (Backward, aval, blocking_backward, cotangent,
-                          define_blocking,
+from ._primitives import (Backward, aval, cotangent, define_blocking,
                           define_start, every_result, linear, to_front,
                           wait_p, zeros)
 from ._validate import reserved_tag_bit
@@ -317,16 +316,3 @@ neighbor_alltoallv_p = define_blocking("neighbor_alltoallv", _received,
 
 
 _exchange_rules(neighbor_alltoallv_p)
-
-
-# ---- rotate: rank r's x goes to rank r + offset ------------------------------
-rotate_p = define_blocking("rotate", lambda x, *, comm, offset: [x],
-                           messages=True)
-linear(rotate_p, lambda cts, x, *, comm, offset: rotate_p.bind(
-    cotangent(cts[0], x), comm=comm, offset=-offset))
-_p2p_batcher(rotate_p)
-
-# irotate: buffers [xs, y], result y.
-irotate_p = define_start(
-    "irotate", buffers=lambda x, *, comm, offset: [x, x], aliases={0: 0},
-    results=(1,), backward=blocking_backward(rotate_p), messages=True)

@@ -11,8 +11,7 @@ from . import _dtypes
 # handles and addresses as their 64-bit pattern, which MLIR's unsigned
 # attributes cannot hold above 2**63).
 HANDLE_ATTRS = ("comm", "op", "status")
-INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag",
-             "offset")
+INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
 ARRAY_ATTRS = ("sources", "dests", "counts", "sendcounts", "recvcounts",
                "comms")
 # Every attribute a handler may receive (the C core's JM_ATTRS, checked

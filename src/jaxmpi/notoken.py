@@ -19,8 +19,8 @@ from ._collectives import (allgather, alltoall, barrier, bcast, gather,
                            iscatter, scatter)
 from ._vcollectives import (allgatherv, alltoallv, gatherv, iallgatherv,
                             ialltoallv, igatherv, iscatterv, scatterv)
-from ._p2p import (ineighbor_exchange, irecv, irotate, isend, isendrecv,
-                   neighbor_exchange, recv, rotate, send, sendrecv)
+from ._p2p import (ineighbor_exchange, irecv, isend, isendrecv,
+                   neighbor_exchange, recv, send, sendrecv)
 from ._topology import (halo_exchange, ihalo_exchange, ineighbor_alltoallv,
                         neighbor_alltoallv)
 from ._wait import wait, waitall
@@ -60,4 +60,4 @@ __all__ = ["allgather", "allreduce", "alltoall", "barrier", "bcast", "gather",
            "ineighbor_exchange", "iexscan", "ireduce_scatter", "iallgatherv",
            "igatherv", "iscatterv", "ialltoallv", "ihalo_exchange",
            "ineighbor_alltoallv", "wait", "waitall", "Request", "jit",
-           "DeviceCart", "rotate", "irotate"]
+           "DeviceCart"]
