@@ -31,9 +31,11 @@ NAME = "jaxmpi"
 # split into lines (6.0 to 6.4, ...) where modules of one floor use each
 # other.
 LAYERS = [
-    ("0", ["_version", "_jax_compat", "_dtypes"]),  # facts
-    ("1", ["_errors", "_faults"]),                  # errors
+    ("0", ["_version", "_jax_compat", "_dtypes", "_boot"]),  # facts; the
+                                                    # plain-JAX route's boot
+    ("1", ["_errors", "_faults", "_runner"]),       # errors; running a target
     ("2", ["_core", "_threads"]),                   # the C core, one thread
+    ("2.1", ["_native"]),                           # XLA's MPI layer attached
     ("3.0", ["_effect"]),                           # the ordered effect
     ("3.1", ["_devices"]),                          # communicators per device
     ("3.2", ["_validate"]),                         # argument checks
@@ -49,7 +51,7 @@ LAYERS = [
              "_wait"]),                             # public operations
     ("8.0", ["notoken"]),                           # the one list
     ("8.1", ["__init__"]),                          # the token API
-    ("8.2", ["experimental", "__main__", "mpi4jax"]),
+    ("8.2", ["experimental", "__main__", "mpi4jax", "distributed"]),
 ]
 
 
