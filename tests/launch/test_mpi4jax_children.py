@@ -14,7 +14,7 @@ import pytest
 
 from conftest import ROOT
 
-SUITES = ("mpi_dependent", "jax_dependent")
+SUITES = ("mpi_dependent",)
 
 LIB = os.path.join(ROOT, "tests", "launch", "mpi4jax_spawnlib")
 FAKE = '"""Not mpi4jax: a stand-in for an installed one."""\n__version__ = "0.9.1"\n'

@@ -12,8 +12,6 @@ import subprocess
 
 import pytest
 
-from conftest import ROOT
-
 SUITES = ("mpi_dependent", "sanitized")
 
 HERE = os.path.dirname(os.path.abspath(__file__))

@@ -20,10 +20,9 @@ jax.config.update("jax_enable_x64", True)
 # The plain JAX program's own start: no arguments (the route supplies them).
 jax.distributed.initialize()
 
-import pytest  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from rank_agreement import pytest_runtest_makereport  # noqa: E402,F401
+from rank_agreement import pytest_runtest_makereport  # noqa: E402,F401  (the hook)
 
 WORLD = MPI.COMM_WORLD
 

@@ -3,7 +3,6 @@ process-dependent data, and the NumPy references (computed from the global
 array, independently of the code under test)."""
 
 import jax
-import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding
 
-from nutil import MESH, ME, N, P, block, global_data, local, sharded
+from nutil import MESH, N, P, block, global_data, local, sharded
 
 ROWS = 2 * N
 

@@ -10,7 +10,7 @@ from mpi4py import MPI
 
 import jaxmpi
 import jaxmpi.notoken as mpx
-from nutil import ME, N, P, block, global_data, local, shard_map, sharded
+from nutil import ME, N, block, global_data, local, shard_map, sharded
 
 ROWS = 3
 
