@@ -6,6 +6,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "native.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,13 +16,11 @@
 #include "watchdog.h"
 
 #define JM_EXPORT __attribute__((visibility("default")))
-#define JM_COMM_MAGIC 0x6a6d6e63u /* "jmnc" */
-#define JM_REQUEST_MAGIC 0x6a6d6e72u /* "jmnr" */
 
 /* ---- what configure wrote (once, before the surface is attached) --------- */
 
-static jm_native_comm world = {.magic = JM_COMM_MAGIC, .number = 0};
-static jm_native_comm self = {.magic = JM_COMM_MAGIC, .number = 1};
+static jm_native_comm world = {.number = 0};
+static jm_native_comm self = {.number = 1};
 static int thread_multiple;
 static int devices_per_process = 1;
 static const unsigned char *sentinels; /* the surface's POINTER constants */
@@ -63,11 +62,64 @@ static int error_string(int code, char *text, int *len) {
 
 void jm_native_set_hook(jm_native_hook *h) { atomic_store(&hook, h); }
 
+static void describe_members(const jm_native_comm *comm, char *out, size_t n);
+
+/* JAXMPI_NATIVE_TRACE's hook: one line per begin and end, whole. */
+static void trace(const jm_native_call *c, int phase, int rc) {
+  char line[512], members[256] = "";
+  if (phase == 1 && c->comm)
+    describe_members(c->comm, members, sizeof members);
+  int w = snprintf(line, sizeof line,
+                   "jaxmpi native: world rank %d thread %lu %s %s (%s) comm "
+                   "%d call %lld",
+                   world.rank, (unsigned long)pthread_self(),
+                   phase == 2 ? "refused" : phase ? "end" : "begin", c->mpi,
+                   c->kind,
+                   c->comm ? c->comm->number : -1, (long long)c->seq);
+  if (!strcmp(c->mpi, "MPI_Comm_split") && w > 0 && (size_t)w < sizeof line)
+    w += snprintf(line + w, sizeof line - (size_t)w, " color %d key %d",
+                  c->color, c->key);
+  if (c->bytes && w > 0 && (size_t)w < sizeof line)
+    w += snprintf(line + w, sizeof line - (size_t)w, " %lld bytes",
+                  (long long)c->bytes);
+  if (phase == 1 && w > 0 && (size_t)w < sizeof line)
+    snprintf(line + w, sizeof line - (size_t)w, " rc %d [%s]", rc, members);
+  fprintf(stderr, "%s\n", line);
+}
+
+JM_EXPORT void jaxmpi_native_set_trace(int on) {
+  jm_native_set_hook(on ? trace : NULL);
+}
+
 JM_EXPORT int64_t jaxmpi_native_count(void) {
   return atomic_load(&total_calls);
 }
 
-void jm_native_begin(jm_native_call *c) {
+/* Native calls in progress: XLA makes them one at a time with one device
+ * per process (its thunks take the collectives' resource in turn); two at
+ * once are several devices per process, whose communicators XLA splits
+ * from each device's thread concurrently: an erroneous use of MPI that
+ * MPICH aborts on ("Message truncated" in MPI_Comm_split) or, serialised,
+ * silently wrong sums (docs/design.md). jax.distributed.initialize()
+ * refuses that layout first; this catches it where XLA's device count
+ * changed after (XLA_FLAGS set late). */
+static _Atomic int active;
+static _Atomic int refused; /* a call was refused so: XLA's errors follow */
+
+int jm_native_begin(jm_native_call *c) {
+  if (atomic_fetch_add_explicit(&active, 1, memory_order_acq_rel) > 0) {
+    atomic_fetch_sub_explicit(&active, 1, memory_order_acq_rel);
+    atomic_store(&refused, 1);
+    jm_native_hook *h = atomic_load_explicit(&hook, memory_order_acquire);
+    if (h) h(c, 2, JM_XLA_ERR_NATIVE);
+    return fail("jaxmpi: %s (XLA's %s) began while another MPI call of "
+                "XLA's collectives was in progress on another thread: XLA "
+                "runs several devices per process, which its MPI "
+                "collectives cannot (one MPI process is one device; "
+                "docs/native.md). Run one device per process (no "
+                "--xla_force_host_platform_device_count above 1)",
+                c->mpi, c->kind);
+  }
   jm_native_comm *comm = (jm_native_comm *)c->comm;
   c->seq = comm ? atomic_fetch_add_explicit(&comm->calls, 1,
                                             memory_order_relaxed) + 1
@@ -75,6 +127,7 @@ void jm_native_begin(jm_native_call *c) {
   atomic_fetch_add_explicit(&total_calls, 1, memory_order_relaxed);
   jm_native_hook *h = atomic_load_explicit(&hook, memory_order_acquire);
   if (h) h(c, 0, 0);
+  return 0;
 }
 
 /* "2 processes: world ranks 0, 1" */
@@ -108,6 +161,7 @@ static void describe_call(const jm_native_call *c, char *out, size_t n) {
 }
 
 int jm_native_end(jm_native_call *c, int rc) {
+  atomic_fetch_sub_explicit(&active, 1, memory_order_acq_rel);
   jm_native_hook *h = atomic_load_explicit(&hook, memory_order_acquire);
   if (h) h(c, 1, rc);
   if (rc == 0) return 0;
@@ -137,17 +191,72 @@ int jm_native_end(jm_native_call *c, int rc) {
               (long long)c->seq, world.rank, mpi);
 }
 
+/* ---- the records XLA holds handles to ------------------------------------- */
+
+/* A communicator or request the layer made is handed to XLA as base +
+ * slot and looked up in its table, never dereferenced as given: where its
+ * MPI_Comm_split fails, XLA goes on with the uninitialised handle (seen as
+ * 0x0 and as stack garbage such as 0x7fea88000090), which must be an error,
+ * not a crash. Slots are taken and given back under a lock (a communicator
+ * per clique, a request per message of a collective-permute) and read
+ * without one. */
+#define JM_SLOTS 4096
+typedef struct slots {
+  pthread_mutex_t lock;
+  _Atomic(void *) item[JM_SLOTS];
+  int next; /* where the search for a free slot starts */
+} slots;
+#define JM_COMM_BASE ((uintptr_t)0x4a4d0000)    /* "JM" */
+#define JM_REQUEST_BASE ((uintptr_t)0x4a520000) /* "JR" */
+static slots comms = {.lock = PTHREAD_MUTEX_INITIALIZER};
+static slots requests = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* The handle of p in a free slot, or 0 if every slot is taken. */
+static jm_xla_handle slot_put(slots *t, uintptr_t base, void *p) {
+  jm_xla_handle h = 0;
+  pthread_mutex_lock(&t->lock);
+  for (int k = 0; k < JM_SLOTS; k++) {
+    int i = (t->next + k) % JM_SLOTS;
+    if (!atomic_load(&t->item[i])) {
+      atomic_store(&t->item[i], p);
+      t->next = (i + 1) % JM_SLOTS;
+      h = base + (uintptr_t)i;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&t->lock);
+  return h;
+}
+
+static void *slot_get(slots *t, uintptr_t base, jm_xla_handle h) {
+  if (h < base || h >= base + JM_SLOTS) return NULL;
+  return atomic_load_explicit(&t->item[h - base], memory_order_acquire);
+}
+
+static void slot_drop(slots *t, uintptr_t base, jm_xla_handle h) {
+  pthread_mutex_lock(&t->lock);
+  atomic_store(&t->item[h - base], NULL);
+  pthread_mutex_unlock(&t->lock);
+}
+
 /* ---- translation ----------------------------------------------------------- */
 
 static jm_native_comm *comm_of(jm_xla_handle h) {
   if (h == JM_XLA_COMM_WORLD) return &world;
   if (h == JM_XLA_COMM_SELF) return &self;
-  if (JM_XLA_IS_TOKEN(h)) return NULL;
-  jm_native_comm *c = (jm_native_comm *)h;
-  return c->magic == JM_COMM_MAGIC ? c : NULL;
+  return slot_get(&comms, JM_COMM_BASE, h);
 }
 
 static int bad_comm(const char *mpi, jm_xla_handle h) {
+  if (atomic_load(&refused))
+    /* XLA ignores MPI_Comm_split's result: what follows a refused split
+     * is a collective on a handle it never got */
+    return fail("jaxmpi: %s on a communicator XLA never got (handle 0x%llx): "
+                "its MPI_Comm_split was refused, because XLA runs several "
+                "devices per process, which its MPI collectives cannot (one "
+                "MPI process is one device; docs/native.md). Run one device "
+                "per process",
+                mpi, (unsigned long long)h);
   return fail("jaxmpi: %s: communicator handle 0x%llx is not one of jaxmpi's "
               "MPI layer for XLA (freed, or never made by it)",
               mpi, (unsigned long long)h);
@@ -295,8 +404,9 @@ static int n_Comm_split(jm_xla_handle h, int color, int key,
   jm_native_call call = {.mpi = "MPI_Comm_split",
                          .kind = "communicator creation, at its first "
                                  "collective over a new group of devices",
-                         .comm = base, .send_peer = -1, .recv_peer = -1};
-  jm_native_begin(&call);
+                         .comm = base, .send_peer = -1, .recv_peer = -1,
+                         .color = color, .key = key};
+  if (jm_native_begin(&call)) return JM_XLA_ERR_NATIVE;
   int *all = malloc(sizeof(int) * 2 * (size_t)base->size);
   if (!all) return jm_native_end(&call, JM_ERR_NOMEM);
   const int undefined = color == JM_XLA_UNDEFINED;
@@ -341,19 +451,20 @@ static int n_Comm_split(jm_xla_handle h, int color, int key,
   for (int i = 0; i < n; i++)
     members[i] = base->members ? base->members[members[i]] : members[i];
   free(all);
-  c->magic = JM_COMM_MAGIC;
   c->comm = comm;
   c->members = members;
   c->number = atomic_fetch_add(&next_number, 1);
   rc = jm_mpi.Comm_rank(comm, &c->rank);
   if (!rc) rc = jm_mpi.Comm_size(comm, &c->size);
-  if (rc) {
+  jm_xla_handle made = rc ? 0 : slot_put(&comms, JM_COMM_BASE, c);
+  if (rc || !made) {
     jm_mpi.Comm_free(&comm);
     free(members);
     free(c);
-    return jm_native_end(&call, rc);
+    return jm_native_end(&call, rc ? rc : JM_ERR_NOMEM);
   }
-  *out = (jm_xla_handle)c;
+  *out = made;
+  call.comm = c; /* the end names what was made */
   return jm_native_end(&call, 0);
 }
 
@@ -364,7 +475,7 @@ static int n_Comm_free(jm_xla_handle *h) {
   /* XLA's client may be destroyed after mpi4py finalised MPI. */
   jm_mpi.Finalized(&finalized);
   if (!finalized) rc = jm_mpi.Comm_free(&c->comm);
-  c->magic = 0;
+  slot_drop(&comms, JM_COMM_BASE, *h);
   free(c->members);
   free(c);
   *h = JM_XLA_COMM_NULL;
@@ -397,7 +508,7 @@ static int n_Allreduce(const void *s, void *r, int n, jm_xla_handle t,
   if (begin_data(&call, comm, &c, t, n, &type, &size) ||
       op_of(call.mpi, op, &mop, &call.op))
     return JM_XLA_ERR_NATIVE;
-  jm_native_begin(&call);
+  if (jm_native_begin(&call)) return JM_XLA_ERR_NATIVE;
   return jm_native_end(&call, jm_Allreduce(send_buffer(s, r), r, n, size,
                                            type, mop, c->comm));
 }
@@ -415,7 +526,7 @@ static int n_Allgather(const void *s, int sn, jm_xla_handle st, void *r,
                 "equal send and receive counts and types (as XLA's "
                 "all-gather passes), got %d and %d",
                 sn, rn);
-  jm_native_begin(&call);
+  if (jm_native_begin(&call)) return JM_XLA_ERR_NATIVE;
   const void *send = s == sentinel(JM_XLA_IN_PLACE) ? jm_const.in_place : s;
   return jm_native_end(&call,
                        jm_Allgather(send, r, rn, size, type, c->comm));
@@ -436,9 +547,9 @@ static int n_Reduce_scatter(const void *s, void *r, const int *counts,
     return JM_XLA_ERR_NATIVE;
   /* MPI reads the counts until the call completes: an abandoned one (a
    * timeout) keeps them. */
+  if (jm_native_begin(&call)) return JM_XLA_ERR_NATIVE;
   int64_t *wide = malloc(sizeof(int64_t) * (size_t)c->size);
   int *ints = malloc(sizeof(int) * (size_t)c->size);
-  jm_native_begin(&call);
   if (!wide || !ints) {
     free(wide);
     free(ints);
@@ -455,7 +566,6 @@ static int n_Reduce_scatter(const void *s, void *r, const int *counts,
 /* A request of XLA's collective-permute: the running MPI's request and
  * what it is for (the Wait's record). */
 typedef struct native_request {
-  uint32_t magic;
   int is_recv;
   jm_Request rq;
   jm_native_call call;
@@ -471,21 +581,25 @@ static int start_p2p(const char *mpi, int is_recv, void *buf, int n,
   jm_Datatype type = (jm_Datatype)0;
   size_t size = 0;
   if (begin_data(&call, comm, &c, t, n, &type, &size)) return JM_XLA_ERR_NATIVE;
+  if (jm_native_begin(&call)) return JM_XLA_ERR_NATIVE;
   native_request *q = malloc(sizeof *q);
-  jm_native_begin(&call);
   if (!q) return jm_native_end(&call, JM_ERR_NOMEM);
-  q->magic = JM_REQUEST_MAGIC;
   q->is_recv = is_recv;
   q->call = call;
   int rc = is_recv ? jm_Irecv(buf, n, size, type, rank_in(peer), tag_in(tag),
                               c->comm, &q->rq)
                    : jm_Isend(buf, n, size, type, rank_in(peer), tag, c->comm,
                               &q->rq);
-  if (rc) {
+  jm_xla_handle made = rc ? 0 : slot_put(&requests, JM_REQUEST_BASE, q);
+  if (rc || !made) {
+    if (!rc) { /* every slot taken: leave nothing in flight */
+      if (is_recv) jm_cancel_receives(1, &q->rq);
+      else jm_mpi.Request_free(&q->rq);
+    }
     free(q);
-    return jm_native_end(&call, rc);
+    return jm_native_end(&call, rc ? rc : JM_ERR_NOMEM);
   }
-  *req = (jm_xla_handle)q;
+  *req = made;
   return jm_native_end(&call, 0);
 }
 
@@ -507,20 +621,20 @@ static int n_Wait(jm_xla_handle *req, jm_xla_status *status) {
     status_out(status, &empty, JM_XLA_PROC_NULL);
     return 0;
   }
-  native_request *q = (native_request *)*req;
-  if (JM_XLA_IS_TOKEN(*req) || q->magic != JM_REQUEST_MAGIC)
+  native_request *q = slot_get(&requests, JM_REQUEST_BASE, *req);
+  if (!q)
     return fail("jaxmpi: MPI_Wait: request handle 0x%llx is not one of "
                 "jaxmpi's MPI layer for XLA (completed already, or never "
                 "started by it)",
                 (unsigned long long)*req);
   jm_native_call call = q->call;
   call.mpi = q->is_recv ? "MPI_Wait (of MPI_Irecv)" : "MPI_Wait (of MPI_Isend)";
-  jm_native_begin(&call);
+  if (jm_native_begin(&call)) return JM_XLA_ERR_NATIVE;
   jm_Status st;
   memset(&st, 0, sizeof st);
   int rc = jm_wait(&q->rq, &st, q->is_recv);
   if (!rc) status_out(status, &st, q->is_recv ? q->call.recv_peer : -1);
-  q->magic = 0;
+  slot_drop(&requests, JM_REQUEST_BASE, *req);
   free(q);
   *req = JM_XLA_REQUEST_NULL;
   return jm_native_end(&call, rc);
@@ -538,7 +652,7 @@ static int n_Sendrecv(const void *s, int sn, jm_xla_handle st, int dest,
   if (begin_data(&call, comm, &c, rt, rn, &rtype, &rsize) ||
       dtype_of(call.mpi, st, &stype, &ssize, &sname))
     return JM_XLA_ERR_NATIVE;
-  jm_native_begin(&call);
+  if (jm_native_begin(&call)) return JM_XLA_ERR_NATIVE;
   jm_Status mst;
   memset(&mst, 0, sizeof mst);
   int rc = jm_Sendrecv(s, sn, ssize, stype, rank_in(dest), stag, r, rn, rsize,

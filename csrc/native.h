@@ -15,9 +15,8 @@
 #include "xla/abi.h"
 
 /* A communicator XLA uses: COMM_WORLD's duplicate, COMM_SELF's, or one
- * split from them. The surface's handle of a split one is its address. */
+ * split from them (XLA's handle of it: a slot of native.c's table). */
 typedef struct jm_native_comm {
-  uint32_t magic;
   int number;   /* 0 world, 1 self, then 2, 3, ... in creation order */
   jm_Comm comm; /* the running MPI's */
   int rank, size;
@@ -38,18 +37,23 @@ typedef struct jm_native_call {
   int64_t bytes;     /* count * element size */
   const char *dtype; /* "MPI_FLOAT" */
   const char *op;    /* "MPI_SUM", or NULL */
+  int color, key;    /* MPI_Comm_split's (0 for the others) */
 } jm_native_call;
 
 /* Every native call goes through these two: begin numbers the call (and
- * hands it to the hook); end hands it the result and turns a failure (an
- * MPI error code, the watchdog's JM_ERR_TIMEOUT, ...) into this thread's
- * message, returning JM_XLA_ERR_NATIVE, or 0. */
-void jm_native_begin(jm_native_call *c);
+ * hands it to the hook), or refuses it (JM_XLA_ERR_NATIVE, the message
+ * set: another native call in progress on another thread, i.e. several
+ * devices per process), returning 0 when the call may go on; end (only
+ * after a begin that returned 0) hands it the result and turns a failure
+ * (an MPI error code, the watchdog's JM_ERR_TIMEOUT, ...) into this
+ * thread's message, returning JM_XLA_ERR_NATIVE, or 0. */
+int jm_native_begin(jm_native_call *c);
 int jm_native_end(jm_native_call *c, int rc);
 
-/* A hook called at every begin (phase 0) and end (phase 1, with the
- * call's result, before it becomes a message): where a flight recorder
- * hooks in. NULL: none (the default; one atomic load per call). */
+/* A hook called at every begin (phase 0), end (phase 1, with the call's
+ * result, before it becomes a message) and refused begin (phase 2): where
+ * a flight recorder hooks in. NULL: none (the default; one atomic load per
+ * call). */
 typedef void jm_native_hook(const jm_native_call *c, int phase, int rc);
 void jm_native_set_hook(jm_native_hook *hook);
 
@@ -73,5 +77,10 @@ int jaxmpi_native_set_handle(uint64_t token, uint64_t handle, int size,
 
 /* The number of native calls made since the process started. */
 int64_t jaxmpi_native_count(void);
+
+/* JAXMPI_NATIVE_TRACE=1: a line on stderr at every begin and end (the
+ * thread, the call, its communicator and sequence number, Comm_split's
+ * colour and key and the members it found). */
+void jaxmpi_native_set_trace(int on);
 
 #endif

@@ -81,6 +81,8 @@ def _declare(lib: ctypes.CDLL) -> None:
                                              c.c_char_p]
     lib.jaxmpi_native_set_handle.restype = c.c_int
     lib.jaxmpi_native_count.restype = c.c_int64
+    lib.jaxmpi_native_set_trace.argtypes = [c.c_int]
+    lib.jaxmpi_native_set_trace.restype = None
 
 
 def attach(devices: int = 1) -> None:
@@ -128,6 +130,10 @@ def attach(devices: int = 1) -> None:
                 continue
         lib.jaxmpi_native_set_handle(value, int(_core.handle(obj)), size,
                                      f"MPI_{name}".encode())
+    # JAXMPI_NATIVE_TRACE=1: a line on stderr per call (begin and end).
+    if os.environ.get("JAXMPI_NATIVE_TRACE", "").strip().lower() in (
+            "1", "true", "yes", "on"):
+        lib.jaxmpi_native_set_trace(1)
     if surface().jaxmpi_xla_attach(lib.jaxmpi_native_calls()):
         raise MPIConfigurationError(
             "jaxmpi: the MPI layer for XLA (_xla_mpi.so) and the C core come "
