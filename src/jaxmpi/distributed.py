@@ -129,10 +129,33 @@ def _free_port() -> int:
 
 
 def coordinator_address(port=None) -> str:
-    """``host:port`` of the coordinator, the same on every rank: rank 0's
-    host (127.0.0.1 when every rank runs there) and ``port``, or a port
-    the kernel gave rank 0, broadcast over MPI. Collective over
-    ``MPI.COMM_WORLD``."""
+    """The address of jax.distributed's coordinator, chosen by rank 0.
+
+    What ``jax.distributed.initialize()`` gets under the route when no
+    ``coordinator_address`` is passed: rank 0's host (127.0.0.1 when every
+    rank runs on it; else ``JAXMPI_COORDINATOR_HOST``, the address its host
+    name resolves to, or its first non-loopback interface) and ``port``, or
+    a free port the kernel gave rank 0, broadcast over MPI, so that two jobs
+    on one host never collide. Collective over ``MPI.COMM_WORLD``: call it
+    on every rank.
+
+    Args:
+        port: the port to use (an int or a string of digits; JAX passes
+            ``JAX_COORDINATOR_PORT``), or None for a free one.
+
+    Returns:
+        str: ``"host:port"``, the same on every rank.
+
+    Raises:
+        ValueError: ``port`` is not a number.
+
+    Example:
+        ::
+
+            address = jaxmpi.distributed.coordinator_address()
+            jax.distributed.initialize(address, MPI.COMM_WORLD.Get_size(),
+                                       MPI.COMM_WORLD.Get_rank())
+    """
     comm = MPI.COMM_WORLD
     hosts = comm.allgather(socket.gethostname())
     if comm.Get_rank() == 0:
