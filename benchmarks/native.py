@@ -73,18 +73,27 @@ def _agreed(value):
     return MPI.COMM_WORLD.bcast(value, root=0)
 
 
-def _loop_time(make, x, target, repeats):
-    """Per step of a jitted loop: k grown (on rank 0's timing) until one
-    call takes target."""
+def _loop(make, x, target):
+    """A jitted loop of k steps, k grown (on rank 0's timing) until one
+    call takes target; returns (the loop, k)."""
     k = 4
     while True:
         f = make(k)
         _timed(f, x)  # compile and warm
         t = _agreed(_timed(f, x))
         if t >= target or k >= 1 << 20:
-            break
+            return f, k
         k = min(k * max(2, int(target / max(t, 1e-6))), 1 << 20)
-    return statistics.median(_timed(f, x) / k for _ in range(repeats))
+
+
+def _interleaved(runs, repeats):
+    """Each of runs (name, fn, x, divisor) timed `repeats` times, taking
+    turns: a slow spell falls on all of them alike. {name: median}."""
+    times = {name: [] for name, *_ in runs}
+    for _ in range(repeats):
+        for name, f, x, k in runs:
+            times[name].append(_timed(f, x) / k)
+    return {name: statistics.median(v) for name, v in times.items()}
 
 
 def _call_time(f, x, target, repeats):
@@ -178,8 +187,7 @@ def worker(args) -> None:
                                         mesh=mesh, in_specs=P("p"),
                                         out_specs=P("p")))
         reps = args.repeats if size < args.big_from else args.big_repeats
-        record("loop", size, _loop_time(native_loop, x, args.target, reps))
-        record("call", size, _call_time(native_call, x, args.target, reps))
+        loops = [("loop", *_loop(native_loop, x, args.target))]
         if explicit:
             local = jnp.asarray(a[:count])
 
@@ -187,11 +195,19 @@ def worker(args) -> None:
                 body = lambda i, c: mpx.allreduce(c, MPI.SUM) * scale
                 return jax.jit(lambda v: jax.lax.fori_loop(0, k, body, v))
 
-            explicit_call = jax.jit(lambda v: mpx.allreduce(v, MPI.SUM))
-            record("explicit-loop", size,
-                   _loop_time(explicit_loop, local, args.target, reps))
-            record("explicit-call", size,
-                   _call_time(explicit_call, local, args.target, reps))
+            loops.append(("explicit-loop",
+                          *_loop(explicit_loop, local, args.target)))
+        inputs = {"loop": x, "explicit-loop": local if explicit else None}
+        got = _interleaved([(name, f, inputs[name], k) for name, f, k in loops],
+                           reps)
+        for name, seconds in got.items():
+            record(name, size, seconds)
+        calls = [("call", native_call, x)]
+        if explicit:
+            calls.append(("explicit-call",
+                          jax.jit(lambda v: mpx.allreduce(v, MPI.SUM)), local))
+        for name, f, arg in calls:
+            record(name, size, _call_time(f, arg, args.target, reps))
     if explicit and args.layer_cost:
         from jaxmpi import _core, _native
 
@@ -292,7 +308,7 @@ def _table(rounds, args):
     for mode in ("loop", "call"):
         print(f"## {mode}: median us per {'op' if mode == 'loop' else 'call'} "
               "(ratios: medians of each round's own ratio)")
-        head = ["bytes", "gloo", "jaxmpi", "gloo/jaxmpi", f"explicit",
+        head = ["bytes", "gloo", "jaxmpi", "gloo/jaxmpi", "explicit",
                 "jaxmpi/explicit"]
         wrapper = any(k[0] == "mpiwrapper" for g in rounds for k in g)
         if wrapper:
