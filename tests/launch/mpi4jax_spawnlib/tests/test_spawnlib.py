@@ -9,7 +9,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_global_mean_and_ring_shift_on_spawned_ranks():
-    ranks = 3
+    ranks = 2
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [os.path.dirname(HERE), *filter(None, [env.get("PYTHONPATH")])])
