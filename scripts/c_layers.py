@@ -27,6 +27,7 @@ LAYERS = [
     ["mpi_api"],                 # the bound MPI function table and constants
     ["watchdog", "halfops"],     # deadline-polled waits; float16/bfloat16 ops
     ["mpi_calls"],               # large counts, every call through the watchdog
+    ["native"],                  # the MPI calls of XLA's own collectives
     ["ffi"],                     # jm_call, frame decoding, errors, debug log
     ["cuda_staging"],            # GPU staging, jm_copy / jm_zero
     ["shadow"],                  # the communicator's private duplicate

@@ -31,9 +31,12 @@ NAME = "jaxmpi"
 # split into lines (6.0 to 6.3, ...) where modules of one floor use each
 # other.
 LAYERS = [
-    ("0", ["_version", "_jax_compat", "_dtypes", "_cache"]),  # facts, caches
-    ("1", ["_errors", "_faults"]),                  # errors
+    ("0", ["_version", "_jax_compat", "_dtypes", "_cache", "_boot"]),  # facts,
+                                                    # caches; the plain-JAX
+                                                    # route's boot
+    ("1", ["_errors", "_faults", "_runner"]),       # errors; running a target
     ("2", ["_core", "_threads"]),                   # the C core, one thread
+    ("2.1", ["_native"]),                           # XLA's MPI layer attached
     ("3.0", ["_effect"]),                           # the ordered effect, mesh
     ("3.1", ["_devices"]),                          # communicators per device
     ("3.2", ["_validate"]),                         # argument checks
@@ -48,7 +51,7 @@ LAYERS = [
              "_topology", "_wait"]),                # public operations
     ("8.0", ["notoken"]),                           # the one list
     ("8.1", ["__init__"]),                          # the token API
-    ("8.2", ["experimental", "__main__", "mpi4jax"]),
+    ("8.2", ["experimental", "__main__", "mpi4jax", "distributed"]),
 ]
 
 

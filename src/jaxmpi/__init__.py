@@ -17,6 +17,7 @@ See docs/apis.md.
 
 from __future__ import annotations
 
+from . import _boot  # first: the plain-JAX route acts before jax is imported
 import atexit as _atexit
 import functools as _functools
 import inspect as _inspect
