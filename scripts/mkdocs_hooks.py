@@ -23,10 +23,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # repository path -> site path, for files outside docs/
 EXTRA = {"CHANGELOG.md": "changelog.md"}
-# (benchmarks/16cores: the outputs of a session on a 16-core machine, as
-# printed; benchmarks/results, a run's scratch output, is not published.)
+# (benchmarks/16cores and benchmarks/h200: the outputs of sessions on a
+# 16-core machine and on an H200 GPU, as printed; benchmarks/results, a
+# run's scratch output, is not published.)
 for _path in sorted(glob.glob(os.path.join(ROOT, "benchmarks", "*")) +
-                    glob.glob(os.path.join(ROOT, "benchmarks", "16cores", "*"))):
+                    glob.glob(os.path.join(ROOT, "benchmarks", "16cores", "*")) +
+                    glob.glob(os.path.join(ROOT, "benchmarks", "h200", "*"))):
     _rel = os.path.relpath(_path, ROOT).replace(os.sep, "/")
     if _rel.endswith((".md", ".csv", ".png", ".txt")):
         EXTRA[_rel] = _rel

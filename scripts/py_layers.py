@@ -31,9 +31,10 @@ NAME = "jaxmpi"
 # split into lines (6.0 to 6.3, ...) where modules of one floor use each
 # other.
 LAYERS = [
-    ("0", ["_version", "_jax_compat", "_dtypes", "_cache", "_boot"]),  # facts,
-                                                    # caches; the plain-JAX
-                                                    # route's boot
+    ("0", ["_version", "_jax_compat", "_dtypes", "_cache", "_boot",
+           "_docstring"]),                          # facts, caches; the
+                                                    # plain-JAX route's boot;
+                                                    # a start's docstring
     ("1", ["_errors", "_faults", "_runner"]),       # errors; running a target
     ("2", ["_core", "_threads"]),                   # the C core, one thread
     ("2.1", ["_native"]),                           # XLA's MPI layer attached

@@ -52,24 +52,15 @@ def bcast(x, root, *, comm=None, token=None):
         if y is None else y
 
 
-@_dispatch.start()
+@_dispatch.start(bcast)
 def ibcast(x, root, *, comm=None, token=None) -> Request:
     """Start broadcasting the root's ``x`` to every rank.
 
     MPI_Ibcast, the non-blocking form of ``bcast``; it matches only ``ibcast``
     on the other ranks.
 
-    Args:
-        x: on ``root``, the array to send; elsewhere a template of its shape.
-        root: the rank whose ``x`` is sent (a static int).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns the root's ``x``, on every rank.
-
-    Raises:
-        ValueError: ``root`` is not a rank of ``comm``.
 
     Example:
         Give every rank rank 0's parameters while computing:
@@ -109,25 +100,16 @@ def gather(x, root, *, comm=None, token=None):
     return call.rooted(x, call.bind(gather_p)[0], root_gets=True)
 
 
-@_dispatch.start()
+@_dispatch.start(gather)
 def igather(x, root, *, comm=None, token=None) -> Request:
     """Start gathering every rank's ``x`` on the root, along a new axis 0.
 
     MPI_Igather, the non-blocking form of ``gather``; it matches only
     ``igather`` on the other ranks.
 
-    Args:
-        x: this rank's array, the same shape and dtype on every rank.
-        root: the rank that gets the result (a static int).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns, on ``root``, every rank's ``x``
         stacked (``(size, *x.shape)``), elsewhere ``x`` unchanged.
-
-    Raises:
-        ValueError: ``root`` is not a rank of ``comm``.
 
     Example:
         ``mpirun -n 3``:
@@ -175,25 +157,15 @@ def scatter(x, root, *, comm=None, token=None):
     return _scatter("scatter", x, root, comm, token).bind(scatter_p)[0]
 
 
-@_dispatch.start()
+@_dispatch.start(scatter)
 def iscatter(x, root, *, comm=None, token=None) -> Request:
     """Start scattering the root's ``x[r]`` to rank r.
 
     MPI_Iscatter, the non-blocking form of ``scatter``; it matches only
     ``iscatter`` on the other ranks.
 
-    Args:
-        x: on ``root``, shape ``(size, ...)``; elsewhere a template of a row.
-        root: the rank whose ``x`` is scattered (a static int).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns the root's ``x[r]`` on rank r.
-
-    Raises:
-        ValueError: ``root`` is not a rank of ``comm``, or the root's ``x`` has
-            not ``size`` rows.
 
     Example:
         ``mpirun -n 3``:
@@ -238,17 +210,12 @@ def allgather(x, *, comm=None, token=None):
     return call.bind(allgather_p)[0] if y is None else y
 
 
-@_dispatch.start()
+@_dispatch.start(allgather)
 def iallgather(x, *, comm=None, token=None) -> Request:
     """Start gathering every rank's ``x`` on every rank.
 
     MPI_Iallgather, the non-blocking form of ``allgather``; it matches only
     ``iallgather`` on the other ranks.
-
-    Args:
-        x: this rank's array, the same shape and dtype on every rank.
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
 
     Returns:
         A ``Request``; ``wait`` on it returns every rank's ``x`` stacked along
@@ -292,7 +259,7 @@ def alltoall(x, *, comm=None, token=None):
     return call.bind(alltoall_p)[0] if y is None else y
 
 
-@_dispatch.start()
+@_dispatch.start(alltoall)
 def ialltoall(x, *, comm=None, token=None) -> Request:
     """Start exchanging ``x``'s rows with every rank: row j to rank j.
 
@@ -300,17 +267,9 @@ def ialltoall(x, *, comm=None, token=None) -> Request:
     ``ialltoall`` on the other ranks: rank i sends ``x[j]`` to rank j and
     receives rank j's ``x[i]`` into row j of its result.
 
-    Args:
-        x: an array of shape ``(size, ...)``, the same on every rank.
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns an array of ``x``'s shape whose
         row j is rank j's ``x[i]``.
-
-    Raises:
-        ValueError: ``x.shape[0]`` is not the communicator's size.
 
     Example:
         ``mpirun -n 2`` (a transpose across ranks):
@@ -341,15 +300,12 @@ def barrier(*, comm=None, token=None):
     Args("barrier", comm, token).call().bind(barrier_p)
 
 
+@_dispatch.start(barrier, trees=())
 def ibarrier(*, comm=None, token=None) -> Request:
     """Start a barrier; its wait returns once every rank has started it.
 
     MPI_Ibarrier, the non-blocking form of ``barrier``; it matches only
     ``ibarrier`` on the other ranks.
-
-    Args:
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
 
     Returns:
         A ``Request``; ``wait`` on it returns None once every rank started it.

@@ -21,7 +21,9 @@ a call goes before the operation itself runs.
 * Anything else: the operation itself.
 
 Each operation says which of its arguments are arrays (``trees``) above its
-definition: ``@blocking(...)`` (with its pytree Packing) or ``@start(...)``.
+definition: ``@blocking(...)`` (with its pytree Packing) or ``@start(op,
+...)``, a start naming its blocking form, whose Args and Raises its
+docstring shares (_docstring).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from . import _jax_compat as jc
 from . import _requests as rq
 from . import _sharded
 from ._cache import cached
+from ._docstring import start_doc
 from ._primitives import delivered, waits
 from ._pytree import Packing, call_tree, is_single
 
@@ -83,10 +86,17 @@ def blocking(*, trees=("x",), rows=False, result=True, region=False):
     return wrap
 
 
-def start(*, trees=("x",)):
-    """Decorator of a non-blocking start whose array arguments are named in
-    `trees` (one array each: a start takes no pytree)."""
+def start(blocking, *, trees=("x",)):
+    """Decorator of the non-blocking start of `blocking` whose array
+    arguments are named in `trees` (one array each: a start takes no
+    pytree; none: nothing to dispatch). Its docstring gets `blocking`'s
+    Args and Raises (_docstring)."""
     def wrap(fn):
+        fn.__doc__ = start_doc(fn.__doc__, blocking.__doc__,
+                               inspect.signature(fn).parameters,
+                               fn.__name__, blocking.__name__)
+        if not trees:
+            return fn
         return _dispatching(fn, tuple(trees), lambda wrapper, bound: _start(
             fn.__name__, wrapper, bound, tuple(trees)), None)
 

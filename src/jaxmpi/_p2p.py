@@ -55,7 +55,7 @@ def send(x, dest, *, tag=0, comm=None, token=None):
     _send("send", x, dest, tag, comm, token).bind(send_p)
 
 
-@_dispatch.start()
+@_dispatch.start(send)
 def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
     """Start sending ``x`` to rank ``dest``.
 
@@ -63,19 +63,8 @@ def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
     own buffer (XLA copies ``x`` first where it is still used after the start),
     so ``x`` may change while the message travels.
 
-    Args:
-        x: the array to send.
-        dest: the receiving rank (a static int), or ``MPI.PROC_NULL`` (no-op).
-        tag: the message tag, 0 to half of ``MPI.TAG_UB``.
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it completes the send and returns None.
-
-    Raises:
-        ValueError: ``dest`` is not a rank of ``comm``, or ``tag`` is out of
-            range.
 
     Example:
         ``mpirun -n 2``, inside ``jax.jit``:
@@ -137,7 +126,7 @@ def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
                  token).bind(recv_p)[0]
 
 
-@_dispatch.start()
+@_dispatch.start(recv)
 def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
           status=None, token=None) -> Request:
     """Start receiving an array of ``x``'s shape and dtype from ``source``.
@@ -146,22 +135,11 @@ def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
     an error at the wait, not a truncation. Derivatives need a ``source`` rank
     and a ``tag``.
 
-    Args:
-        x: a template: the result's shape and dtype (its data is not used).
-        source: the sending rank, ``MPI.ANY_SOURCE`` or ``MPI.PROC_NULL``.
-        tag: the tag to match, or ``MPI.ANY_TAG`` (default).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        status: an ``MPI.Status`` to fill in (source, tag, count), or None.
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns the message, of ``x``'s shape and
         dtype (zeros from ``MPI.PROC_NULL``).
 
     Raises:
-        TypeError: ``status`` is not an ``MPI.Status``.
-        ValueError: ``source`` is not a rank of ``comm`` (or
-            ``MPI.ANY_SOURCE``, ``MPI.PROC_NULL``), or ``tag`` is out of range.
         NotImplementedError: a derivative of a receive from ``MPI.ANY_SOURCE``
             or with ``MPI.ANY_TAG``.
 
@@ -233,7 +211,7 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
                      recvtag, comm, status, token).bind(sendrecv_p)[0]
 
 
-@_dispatch.start(trees=("sendbuf", "recvbuf"))
+@_dispatch.start(sendrecv, trees=("sendbuf", "recvbuf"))
 def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
               recvtag=ANY_TAG, comm=None, status=None,
               token=None) -> Request:
@@ -245,23 +223,9 @@ def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
 
     Args:
         sendbuf: the array to send (the request sends from its own copy).
-        recvbuf: a template: the result's shape and dtype (data not used).
-        source: the sender, or ``MPI.ANY_SOURCE`` or ``MPI.PROC_NULL``.
-        dest: the rank to send to, or ``MPI.PROC_NULL``.
-        sendtag: the tag of the message sent.
-        recvtag: the tag to match, or ``MPI.ANY_TAG`` (default).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        status: an ``MPI.Status`` to fill in (source, tag, count), or None.
-        token: a token to order this call after (optional, never needed).
 
     Returns:
         A ``Request``; ``wait`` on it returns the message from ``source``.
-
-    Raises:
-        TypeError: ``status`` is not an ``MPI.Status``.
-        ValueError: ``source`` or ``dest`` is not a rank of ``comm`` (or a
-            special rank it allows), or a tag is out of range.
-        NotImplementedError: a derivative of a receive from ``MPI.ANY_SOURCE``.
 
     Example:
         Shift right around a ring while the interior is updated:
@@ -352,7 +316,8 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
     return tuple(call.bind(neighbor_exchange_p)) if call.operands else ()
 
 
-@_dispatch.start(trees=("sendbufs", "recvbufs"))
+@_dispatch.start(neighbor_exchange,
+                 trees=("sendbufs", "recvbufs"))
 def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
                        comm=None, token=None) -> Request:
     """Start many sendrecvs at once, pair ``i`` with tag ``tag + i``.
@@ -364,20 +329,12 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
 
     Args:
         sendbufs: a list or tuple of arrays to send (1 to 15).
-        recvbufs: a list or tuple of templates, one per pair.
-        sources: the rank each pair receives from, or ``MPI.PROC_NULL``.
-        dests: the rank each pair sends to, or ``MPI.PROC_NULL``.
-        tag: pair ``i`` uses tag ``tag + i``.
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
 
     Returns:
         A ``Request``; ``wait`` on it returns a tuple of the received arrays,
         one per pair.
 
     Raises:
-        TypeError: ``sendbufs``, ``recvbufs``, ``sources`` or ``dests`` is not
-            a list or tuple.
         ValueError: the four sequences differ in length or hold no pair or more
             than 15, a rank is not a rank of ``comm``, or a tag is out of
             range.

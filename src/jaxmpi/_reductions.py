@@ -137,7 +137,7 @@ def _over_shards(x, opname: str, axis_name, mpi_allreduce):
     raise ValueError(opname)
 
 
-@_dispatch.start()
+@_dispatch.start(allreduce)
 def iallreduce(x, op, *, comm=None, token=None,
                adjoint="replicated") -> Request:
     """Start reducing ``x`` over all ranks with ``op``, on every rank.
@@ -148,17 +148,12 @@ def iallreduce(x, op, *, comm=None, token=None,
     ``adjoint`` (``"sum"``: the cotangents' allreduce as a backward request).
 
     Args:
-        x: the array to reduce, the same shape and dtype on every rank.
-        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
         adjoint: ``"replicated"`` (default) or ``"sum"``, as for ``allreduce``.
 
     Returns:
         A ``Request``; ``wait`` on it returns ``op`` over every rank's ``x``.
 
     Raises:
-        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
         ValueError: ``adjoint`` is not ``"replicated"`` or ``"sum"``.
         NotImplementedError: a derivative with an ``op`` other than
             ``MPI.SUM``.
@@ -210,29 +205,16 @@ def reduce(x, op, root, *, comm=None, token=None):
     return call.rooted(x, call.bind(reduce_p)[0], root_gets=True)
 
 
-@_dispatch.start()
+@_dispatch.start(reduce)
 def ireduce(x, op, root, *, comm=None, token=None) -> Request:
     """Start reducing ``x`` over all ranks with ``op`` onto ``root``.
 
     MPI_Ireduce, the non-blocking form of ``reduce``; it matches only
     ``ireduce`` on the other ranks. Derivatives for ``MPI.SUM``.
 
-    Args:
-        x: the array to reduce, the same shape and dtype on every rank.
-        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
-        root: the rank that gets the result (a static int).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns, on ``root``, ``op`` over every
         rank's ``x``, elsewhere ``x`` unchanged.
-
-    Raises:
-        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
-        ValueError: ``root`` is not a rank of ``comm``.
-        NotImplementedError: a derivative with an ``op`` other than
-            ``MPI.SUM``.
 
     Example:
         ``mpirun -n 4``:
@@ -286,27 +268,16 @@ def scan(x, op, *, comm=None, token=None):
     return call.bind(scan_p)[0] if y is None else y
 
 
-@_dispatch.start()
+@_dispatch.start(scan)
 def iscan(x, op, *, comm=None, token=None) -> Request:
     """Start an inclusive prefix reduction: ``op`` over ranks 0..r.
 
     MPI_Iscan, the non-blocking form of ``scan``; it matches only ``iscan`` on
     the other ranks. Derivatives for ``MPI.SUM``.
 
-    Args:
-        x: the array to reduce, the same shape and dtype on every rank.
-        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns ``op`` over the ``x`` of ranks 0
         to this rank.
-
-    Raises:
-        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype.
-        NotImplementedError: a derivative with an ``op`` other than
-            ``MPI.SUM``.
 
     Example:
         ``mpirun -n 4``:
@@ -352,7 +323,7 @@ def exscan(x, op, *, comm=None, token=None):
     return _scan("exscan", x, op, comm, token, True).bind(exscan_p)[0]
 
 
-@_dispatch.start()
+@_dispatch.start(exscan)
 def iexscan(x, op, *, comm=None, token=None) -> Request:
     """Start an exclusive prefix reduction: ``op`` over ranks 0..r-1.
 
@@ -360,21 +331,9 @@ def iexscan(x, op, *, comm=None, token=None) -> Request:
     ``iexscan`` on the other ranks. The wait gives rank 0 ``op``'s identity, as
     ``exscan`` does. Derivatives for ``MPI.SUM``.
 
-    Args:
-        x: the array to reduce, the same shape and dtype on every rank.
-        op: a predefined mpi4py reduction op (``MPI.SUM``, ``MPI.MAX``, ...).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns ``op`` over the ``x`` of ranks 0
         to this rank - 1 (rank 0: the identity).
-
-    Raises:
-        TypeError: ``op`` is not a predefined reduction op defined for the
-            dtype.
-        NotImplementedError: a derivative with an ``op`` other than
-            ``MPI.SUM``.
 
     Example:
         ``mpirun -n 4``, the offset of each rank's rows:
@@ -433,7 +392,7 @@ def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
                            token).bind(reduce_scatter_p)[0]
 
 
-@_dispatch.start()
+@_dispatch.start(reduce_scatter)
 def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
     """Start reducing ``x``'s blocks over all ranks; rank r gets block r.
 
@@ -444,22 +403,11 @@ def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
     ``x`` has ``sum(counts)`` rows and block r is the ``counts[r]`` rows after
     those of ranks 0..r-1. Derivatives for ``MPI.SUM``.
 
-    Args:
-        x: the blocks, the same shape and dtype on every rank (see above).
-        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
-        counts: None, or the rows of each rank's block (``size`` static ints).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns, on rank r, ``op`` over every
         rank's block r.
 
     Raises:
-        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype, or
-            ``counts`` is not a sequence of static ints.
-        ValueError: ``x`` has not ``size`` (or ``sum(counts)``) rows, or
-            ``counts`` has not one entry >= 0 per rank.
         NotImplementedError: a derivative with an ``op`` other than
             ``MPI.SUM``.
 

@@ -589,7 +589,7 @@ def _exchanges(info, sends, sources, dests, avals, tag):
         comm=info, sources=(), dests=(), tag=tag, recv_avals=()))]
 
 
-@_dispatch.start()
+@_dispatch.start(halo_exchange)
 def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
     """Start filling the halo of this rank's block of a Cartesian grid.
 
@@ -600,23 +600,9 @@ def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
     ``halo_exchange`` returns, bitwise. Between the two, work that does not
     read the halo runs while the messages travel.
 
-    Args:
-        x: the block with its halo (at least N axes), or a list or tuple.
-        comm: an mpi4py Cartesian communicator (``Create_cart``).
-        width: the halo's width: an int, or one int per grid axis (0: none).
-        tag: the messages use tags ``tag`` to ``tag + messages - 1``.
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns ``x`` with its halo filled, as
         ``halo_exchange`` does.
-
-    Raises:
-        TypeError: ``comm`` has no Cartesian topology, or ``width`` is not a
-            static int (or a sequence of them).
-        ValueError: a width is negative, ``width`` has not N entries, ``x`` has
-            fewer than N axes or an axis shorter than three widths, or a tag is
-            out of range.
 
     Example:
         The interior of a stencil updated while the halo travels:
@@ -633,7 +619,7 @@ def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
         info, sends, sources, dests, avals, halo.tag), halo.finish, keep=out)
 
 
-@_dispatch.start()
+@_dispatch.start(neighbor_alltoallv)
 def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
                         token=None) -> Request:
     """Start exchanging variable-size blocks with the topology's neighbours.
@@ -650,23 +636,9 @@ def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
     neighbours (per dimension the negative, then the positive one). A block
     from ``MPI.PROC_NULL`` is zeros.
 
-    Args:
-        x: the blocks to send, shape ``(sum(sendcounts), *s)``.
-        sendcounts: the rows sent to each out-neighbour (static ints >= 0).
-        recvcounts: the rows received from each in-neighbour (static ints).
-        comm: a communicator with a (distributed) graph or Cartesian topology.
-        tag: the messages' tag (Cartesian: ``tag`` to ``tag + 2N - 1``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns the blocks received, in the in-
         neighbours' order, as ``neighbor_alltoallv`` does.
-
-    Raises:
-        TypeError: ``comm`` has no topology, or a count is not a static int.
-        ValueError: ``x`` is a scalar or has not ``sum(sendcounts)`` rows, a
-            count list has not one entry >= 0 per neighbour, a rank has more
-            than 32 in- or out-neighbours, or a tag is out of range.
 
     Example:
         A ring as a distributed graph:

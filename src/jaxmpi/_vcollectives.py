@@ -54,27 +54,16 @@ def allgatherv(x, counts, *, comm=None, token=None):
                        token).bind(allgatherv_p)[0]
 
 
-@_dispatch.start()
+@_dispatch.start(allgatherv)
 def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
     """Start gathering a different number of rows from each rank, everywhere.
 
     MPI_Iallgatherv, the non-blocking form of ``allgatherv``; it matches only
     ``iallgatherv`` on the other ranks.
 
-    Args:
-        x: this rank's rows, ``(counts[rank], *s)``; ``s`` the same on all.
-        counts: the rows of every rank, ``size`` static ints >= 0 (see above).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns every rank's rows in rank order,
         shape ``(sum(counts), *s)``.
-
-    Raises:
-        TypeError: ``counts`` is not a sequence of static ints.
-        ValueError: ``counts`` has not one entry >= 0 per rank, or ``x``'s rows
-            disagree with it.
 
     Example:
         ``mpirun -n 3``, rank r has r + 1 rows:
@@ -128,28 +117,16 @@ def gatherv(x, counts, root, *, comm=None, token=None):
     return call.rooted(x, call.bind(gatherv_p)[0], root_gets=True)
 
 
-@_dispatch.start()
+@_dispatch.start(gatherv)
 def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
     """Start gathering a different number of rows from every rank on root.
 
     MPI_Igatherv, the non-blocking form of ``gatherv``; it matches only
     ``igatherv`` on the other ranks.
 
-    Args:
-        x: this rank's rows, ``(counts[rank], *s)``; ``s`` the same on all.
-        counts: the rows of every rank, ``size`` static ints >= 0 (see above).
-        root: the rank that gets the result (a static int).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns, on ``root``, every rank's rows
         in rank order, elsewhere ``x`` unchanged.
-
-    Raises:
-        TypeError: ``counts`` is not a sequence of static ints.
-        ValueError: ``counts`` has not one entry >= 0 per rank, or ``x``'s rows
-            disagree with it, or ``root`` is not a rank of ``comm``.
 
     Example:
         ``mpirun -n 3``:
@@ -197,28 +174,16 @@ def scatterv(x, counts, root, *, comm=None, token=None):
                    v.scatterv_args).bind(scatterv_p)[0]
 
 
-@_dispatch.start()
+@_dispatch.start(scatterv)
 def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
     """Start scattering the root's rows: rank r gets ``counts[r]`` of them.
 
     MPI_Iscatterv, the non-blocking form of ``scatterv``; it matches only
     ``iscatterv`` on the other ranks.
 
-    Args:
-        x: on ``root``, ``sum(counts)`` rows; elsewhere a result template.
-        counts: the rows of every rank, ``size`` static ints >= 0 (see above).
-        root: the rank whose ``x`` is scattered (a static int).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns, on rank r, ``counts[r]`` rows of
         the root's ``x``.
-
-    Raises:
-        TypeError: ``counts`` is not a sequence of static ints.
-        ValueError: ``counts`` has not one entry >= 0 per rank, or ``x``'s rows
-            disagree with it, or ``root`` is not a rank of ``comm``.
 
     Example:
         ``mpirun -n 3``:
@@ -278,7 +243,7 @@ def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
                       token).bind(alltoallv_p)[0]
 
 
-@_dispatch.start()
+@_dispatch.start(alltoallv)
 def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
                token=None) -> Request:
     """Start sending a different number of rows to every rank.
@@ -289,22 +254,9 @@ def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
     i of the result, ``recvcounts[i]`` rows, comes from rank i, whose
     ``sendcounts[i]`` it must equal. Never in place.
 
-    Args:
-        x: an array of shape ``(sum(sendcounts), *s)``, the same ``s`` on all.
-        sendcounts: the rows sent to each rank (``size`` static ints >= 0).
-        recvcounts: the rows received from each rank (``size`` static ints).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
     Returns:
         A ``Request``; ``wait`` on it returns the blocks received in rank
         order, shape ``(sum(recvcounts), *s)``.
-
-    Raises:
-        TypeError: ``sendcounts`` or ``recvcounts`` is not a sequence of static
-            ints.
-        ValueError: a count list has not one entry >= 0 per rank, or ``x`` has
-            not ``sum(sendcounts)`` rows.
 
     Example:
         ``mpirun -n 2``: rank i sends i + j + 1 rows to rank j:
