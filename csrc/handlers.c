@@ -10,6 +10,7 @@
 #include "cuda_staging.h"
 #include "ffi.h"
 #include "handlers.h"
+#include "record_ops.h"
 #include "request.h"
 
 /* jaxmpi calls executed by this process (named in watchdog reports). */
@@ -33,6 +34,8 @@ static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
   XLA_FFI_Error *err = jm_decode(frame, desc, &c, run != run_host);
   c.callno = callno;
   if (err) return err;
+  /* The flight recorder's entry (record.h), ended when the call returns. */
+  c.rec = jm_record_op(&c, desc);
   double t0 = 0.0;
   if (jm_cfg.debug) {
     t0 = jm_mpi.Wtime();
@@ -46,6 +49,7 @@ static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
         (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))))
     err = jm_check_collective(&c, desc, mode);
   if (!err) err = run(&c, desc);
+  jm_record_end(c.rec, err ? JM_REC_FAILED : JM_REC_DONE);
   if (jm_cfg.debug) jm_log_call(&c, err, t0, 0);
   return err;
 }

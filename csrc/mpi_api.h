@@ -117,7 +117,16 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
   X(int, Cancel, 1, (jm_Request *))                                            \
   X(int, Request_free, 1, (jm_Request *))                                     \
   JM_MPI_VFUNCTIONS(X)                                                         \
-  JM_MPI_RELIABILITY_FUNCTIONS(X)
+  JM_MPI_RELIABILITY_FUNCTIONS(X)                                              \
+  JM_MPI_RECORD_FUNCTIONS(X)
+
+/* The flight recorder's (record.c): which COMM_WORLD ranks a communicator
+ * holds, once per communicator. */
+#define JM_MPI_RECORD_FUNCTIONS(X)                                             \
+  X(int, Comm_group, 1, (jm_Comm, jm_Group *))                                 \
+  X(int, Group_translate_ranks, 1, (jm_Group, int, const int *, jm_Group,      \
+                                    int *))                                    \
+  X(int, Group_free, 1, (jm_Group *))
 
 /* Variable-count collectives: the plain calls, their nonblocking variants
  * (the watchdog), the MPI-4 large-count variants (optional) and

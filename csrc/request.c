@@ -16,6 +16,7 @@
 #include "collectives.h"
 #include "cuda_staging.h"
 #include "mpi_calls.h"
+#include "record_ops.h"
 #include "watchdog.h"
 
 enum { R_STARTING = 1, R_POSTED, R_WAITING };
@@ -84,6 +85,8 @@ int jaxmpi_requests_in_flight(void) {
 /* Free a request MPI is done with. A collective the watchdog gave up on
  * may still read its counts: they stay allocated (its buffers are XLA's). */
 static void req_free(jm_req *r) {
+  /* A wait that never completed (its buffers moved, the start withdrawn). */
+  jm_record_end(r->call.rec, JM_REC_FAILED);
   if (!(r->rc == JM_ERR_TIMEOUT && r->collective)) free(r->mem);
   /* After a failure MPI may still read or write the staging (a send left
    * to complete, a collective's chunks): it is never reused. */
@@ -120,7 +123,7 @@ static void release(jm_req *r) {
 
 /* The error of a completed request (NULL: success), and the receives'
  * checks (zeros for PROC_NULL, sizes). */
-static XLA_FFI_Error *finish(jm_req *r) {
+static XLA_FFI_Error *completed(jm_req *r) {
   jm_call *c = &r->call;
   if (r->rc == JM_ERR_TIMEOUT) {
     snprintf(r->what, sizeof r->what, "the wait of %s", r->fn);
@@ -141,6 +144,13 @@ static XLA_FFI_Error *finish(jm_req *r) {
     if (err) return err;
   }
   return NULL;
+}
+
+/* completed(), and the end of the wait's record. */
+static XLA_FFI_Error *finish(jm_req *r) {
+  XLA_FFI_Error *err = completed(r);
+  jm_record_end(r->call.rec, err ? JM_REC_FAILED : JM_REC_DONE);
+  return err;
 }
 
 /* Futures to complete, handed from the progress thread to the completion
@@ -1082,6 +1092,7 @@ XLA_FFI_Error *jaxmpi_ffi_wait(XLA_FFI_CallFrame *frame) {
                     "a request started on the GPU is waited on the CPU");
   }
   r->state = R_WAITING;
+  r->call.rec = jm_record_wait_of(&r->call); /* ends in finish, req_free */
   int moved = !same_buffers(r, bufs, nbufs);
   /* Over several devices a wait blocks in its handler: XLA runs the rest of
    * a program on the thread that completes its future, and with one
@@ -1245,6 +1256,7 @@ static XLA_FFI_Error *wait_gpu(jm_call *wc, const void *handle,
                     "a request started on the CPU is waited on the GPU");
   }
   r->state = R_WAITING;
+  r->call.rec = jm_record_wait_of(&r->call); /* ends in finish, req_free */
   int moved = !same_buffers(r, bufs, nbufs);
   release(r);
   pthread_mutex_unlock(&lock);
