@@ -21,10 +21,15 @@
  * call is most of the recorder's. Counts are turned into CLOCK_MONOTONIC
  * nanoseconds only when written out, from two reference points. */
 
+/* Added to this process's clock: JAXMPI_RECORD_CLOCK_SKEW_NS times its
+ * rank, a test's stand-in for hosts whose clocks differ (the trace's
+ * alignment must undo it). 0 otherwise. */
+static int64_t clock_skew;
+
 static int64_t mono_ns(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + clock_skew;
 }
 
 static int64_t real_ns(void) {
@@ -443,11 +448,14 @@ void jm_record_end(jm_record_ref ref, int state) {
 
 /* ---- writing files (async-signal-safe) -------------------------------------
  * A buffered writer over write(2): no stdio, no malloc, no locks, so that a
- * dump can run in a signal handler. */
+ * dump can run in a signal handler. Small: a fatal signal's handler runs on
+ * the alternate stack Python's faulthandler sets up (16 KiB; a dump with an
+ * 8 KiB buffer there overflowed it, seen under pytest with AddressSanitizer),
+ * so the whole dump keeps under about 5 KiB of stack. */
 typedef struct jm_out {
   int fd, failed;
   size_t n;
-  char buf[8192];
+  char buf[2048];
 } jm_out;
 
 static void out_flush(jm_out *o) {
@@ -553,15 +561,17 @@ static void make_dirs(const char *dir) {
   (void)mkdir(p, 0777);
 }
 
-/* The dump, with the signal that caused it (0: none). */
-static int dump_ring(int reason, int64_t cause, const char *why, int sig) {
-  if (!cfg.configured || !cfg.dir[0] || !capacity) {
+/* The dump into dir (this rank's file there: `path`), with the signal that
+ * caused it (0: none). */
+static int dump_ring_to(const char *dir, const char *path, int reason,
+                        int64_t cause, const char *why, int sig) {
+  if (!cfg.configured || !dir[0] || !capacity) {
     errno = ENOENT;
     return -1;
   }
   const int saved = errno;
-  char tmp[1200];
-  size_t at = put_str(tmp, sizeof tmp, 0, cfg.dir);
+  char tmp[sizeof cfg.dir + 64];
+  size_t at = put_str(tmp, sizeof tmp, 0, dir);
   at = put_str(tmp, sizeof tmp, at, "/.rank-");
   at = put_int(tmp, sizeof tmp, at, cfg.rank);
   at = put_str(tmp, sizeof tmp, at, ".");
@@ -569,7 +579,7 @@ static int dump_ring(int reason, int64_t cause, const char *why, int sig) {
   at = put_str(tmp, sizeof tmp, at, sig ? ".s" : ".n");
   at = put_int(tmp, sizeof tmp, at, (int64_t)(mono_ns() & 0xffffff));
   (void)at;
-  make_dirs(cfg.dir);
+  make_dirs(dir);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return -1;
   jm_out o;
@@ -612,9 +622,9 @@ static int dump_ring(int reason, int64_t cause, const char *why, int sig) {
   h.nentries = nentries;
   h.ncomms = ncomms;
   /* Sites: counted as written below (distinct ids among the entries). */
-  int64_t site_ids[512];
+  int64_t site_ids[128];
   int nsites = 0;
-  for (uint64_t n = first; n <= last && nsites < 512; n++) {
+  for (uint64_t n = first; n <= last && nsites < 128; n++) {
     jm_entry e;
     uint64_t st;
     if (!snapshot(n & mask, &e, &st) || st >> 3 != n || !e.site) continue;
@@ -684,10 +694,20 @@ static int dump_ring(int reason, int64_t cause, const char *why, int sig) {
   out_flush(&o);
   int ok = !o.failed;
   if (close(fd)) ok = 0;
-  if (ok && rename(tmp, cfg.ring_path)) ok = 0;
+  if (ok && rename(tmp, path)) ok = 0;
   if (!ok) unlink(tmp);
   errno = ok ? saved : errno;
   return ok ? 0 : -1;
+}
+
+static int dump_ring(int reason, int64_t cause, const char *why, int sig) {
+  return dump_ring_to(cfg.dir, cfg.ring_path, reason, cause, why, sig);
+}
+
+int jaxmpi_record_dump_to(const char *dir, const char *why) {
+  char path[1200];
+  snprintf(path, sizeof path, "%s/rank-%d.ring", dir, cfg.rank);
+  return dump_ring_to(dir, path, JM_DUMP_REQUEST, 0, why, 0);
 }
 
 int jm_record_dump(int reason, int64_t cause, const char *why) {
@@ -788,9 +808,12 @@ static void install_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+  /* SIGUSR1 on the thread's own stack; the fatal ones on the alternate
+   * stack where one is set (a stack overflow leaves no other). */
+  sa.sa_flags = SA_SIGINFO | SA_RESTART;
   sa.sa_sigaction = on_usr1;
   sigaction(SIGUSR1, &sa, &previous[SIGUSR1]);
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sa.sa_sigaction = on_fatal;
   for (size_t i = 0; i < sizeof fatal_signals / sizeof *fatal_signals; i++)
     sigaction(fatal_signals[i], &sa, &previous[fatal_signals[i]]);
@@ -808,6 +831,8 @@ int jaxmpi_record_configure(int cap, int keep, uint64_t world, int rank,
              1 << 24);
     return -1;
   }
+  const char *skew = getenv("JAXMPI_RECORD_CLOCK_SKEW_NS");
+  clock_skew = skew ? strtoll(skew, NULL, 10) * rank : 0;
   use_counter = counter_trusted();
   calibrate();
   int c = 1;

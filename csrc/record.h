@@ -248,6 +248,9 @@ __attribute__((visibility("default"))) void jaxmpi_record_set(int on);
 __attribute__((visibility("default"))) int jaxmpi_record_capacity(void);
 __attribute__((visibility("default"))) int jaxmpi_record_dump_now(
     int reason, const char *why);
+/* This process's ring into another directory (tests, tools). */
+__attribute__((visibility("default"))) int jaxmpi_record_dump_to(
+    const char *dir, const char *why);
 /* CLOCK_MONOTONIC in ns (for tests and the alignment). */
 __attribute__((visibility("default"))) int64_t jaxmpi_record_now_ns(void);
 

@@ -466,7 +466,7 @@ static int ring_complete(const jm_ring *r) {
 /* One group's sentences. Returns 1 if it named a rank that is not in the
  * call (a cause), 0 if every member is in it. */
 static int explain_group(jm_text *t, const jm_rings *rs, const jm_group *g,
-                         const char *dir) {
+                         const char *dir, char *described) {
   /* The op most of the stuck ranks call (ties: the lowest rank's). */
   const char *expected = coll_name(g->in[0].e);
   int best = 0;
@@ -549,6 +549,7 @@ static int explain_group(jm_text *t, const jm_rings *rs, const jm_group *g,
       tprintf(t, "rank %d started %s but has not waited for it; ", q,
               what.p ? what.p : "?");
       describe_last(t, rs, r);
+      described[q] = 1;
       tprintf(t, ".");
       causes++;
     } else if (e) {
@@ -559,18 +560,21 @@ static int explain_group(jm_text *t, const jm_rings *rs, const jm_group *g,
               x->state == JM_REC_DONE ? "completed" : "failed in",
               what.p ? what.p : "?");
       describe_last(t, rs, r);
+      described[q] = 1;
       tprintf(t, ".");
     } else if (max_seq(r, g->comm) > g->seq ||
                (!ring_complete(r) && max_seq(r, g->comm) == 0)) {
       tprintf(t, "rank %d is past %s (its ring no longer holds it); ", q,
               what.p ? what.p : "?");
       describe_last(t, rs, r);
+      described[q] = 1;
       tprintf(t, ".");
     } else {
       tprintf(t, "rank %d never entered %s that ", q, what.p ? what.p : "?");
       describe_ranks(t, waiting, nwaiting);
       tprintf(t, " wait%s in; ", nwaiting == 1 ? "s" : "");
       describe_last(t, rs, r);
+      described[q] = 1;
       tprintf(t, ".");
       causes++;
     }
@@ -599,7 +603,20 @@ static int cmp_group(const void *a, const void *b) {
 }
 
 /* The verdict's sentences, for the rings in rs (dir names the directory). */
+static void verdict_sentences(jm_text *t, const jm_rings *rs, const char *dir);
+
 static void verdict(jm_text *t, const jm_rings *rs, const char *dir) {
+  const size_t from = t->n;
+  verdict_sentences(t, rs, dir);
+  /* Each sentence begins with a capital. */
+  for (size_t i = from; t->p && i < t->n; i++)
+    if ((i == from || (i >= 2 && t->p[i - 2] == '.' && t->p[i - 1] == ' ')) &&
+        t->p[i] >= 'a' && t->p[i] <= 'z')
+      t->p[i] = (char)(t->p[i] - 'a' + 'A');
+}
+
+static void verdict_sentences(jm_text *t, const jm_rings *rs,
+                              const char *dir) {
   jm_group *groups = NULL;
   int ngroups = 0, cap = 0;
   for (int q = 0; q < rs->size; q++) {
@@ -636,10 +653,13 @@ static void verdict(jm_text *t, const jm_rings *rs, const char *dir) {
   }
   qsort(groups, (size_t)ngroups, sizeof *groups, cmp_group);
   int said = 0;
+  /* Ranks whose stuck call a sentence already named. */
+  char *described = calloc((size_t)rs->size + 1, 1);
+  if (!described) ngroups = 0;
   for (int g = 0; g < ngroups; g++) {
     if (!groups[g].in || !groups[g].n) continue;
     if (said) tprintf(t, " ");
-    explain_group(t, rs, &groups[g], dir);
+    explain_group(t, rs, &groups[g], dir, described);
     said++;
   }
   /* Point-to-point calls in flight. */
@@ -647,7 +667,8 @@ static void verdict(jm_text *t, const jm_rings *rs, const char *dir) {
     const jm_ring *r = &rs->r[q];
     for (int i = 0; r->present && i < r->ne; i++) {
       const jm_ring_entry *e = &r->e[i];
-      if (!stuck(e) || !(e->flags & JM_REC_P2P)) continue;
+      if (!stuck(e) || !(e->flags & JM_REC_P2P) || !described || described[q])
+        continue;
       tprintf(t, "%srank %d waits in ", said ? " " : "", q);
       describe(t, rs, r, e, 1);
       const int p = e->peer >= 0 ? world_of(rs, e->comm, e->peer) : -1;
@@ -696,6 +717,7 @@ static void verdict(jm_text *t, const jm_rings *rs, const char *dir) {
   }
   for (int g = 0; g < ngroups; g++) free(groups[g].in);
   free(groups);
+  free(described);
 }
 
 static const char *reason_name(const jm_ring_header *h) {

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import json
 import os
 import socket
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -56,6 +58,10 @@ def _declare(lib) -> None:
     lib.jaxmpi_record_capacity.restype = c.c_int
     lib.jaxmpi_record_dump_now.argtypes = [c.c_int, c.c_char_p]
     lib.jaxmpi_record_dump_now.restype = c.c_int
+    lib.jaxmpi_record_dump_to.argtypes = [c.c_char_p, c.c_char_p]
+    lib.jaxmpi_record_dump_to.restype = c.c_int
+    lib.jaxmpi_record_json.argtypes = [c.c_char_p, c.c_int]
+    lib.jaxmpi_record_json.restype = c.c_int
     lib.jaxmpi_record_eager_begin.argtypes = [
         c.c_int, c.c_uint64, c.c_int, c.c_int, c.c_int64, c.c_int64,
         c.POINTER(c.c_int64)]
@@ -258,6 +264,22 @@ class Recorder:
         if self.lib.jaxmpi_record_dump_now(DUMP_REQUEST, why.encode()):
             raise OSError(ctypes.get_errno(),
                           f"cannot write the ring to {self.dir}")
+
+    def snapshot(self) -> dict:
+        """This process's ring as the reader sees it (csrc/record_read.c's
+        JSON): a dict with "entries" (oldest first), "comms", "calls"."""
+        if self.lib is None or not self.capacity:
+            raise RuntimeError("the flight recorder is off (JAXMPI_RECORD=0)")
+        with tempfile.TemporaryDirectory(prefix="jaxmpi-ring-") as d:
+            if self.lib.jaxmpi_record_dump_to(d.encode(), b"snapshot"):
+                raise OSError(f"cannot write the ring to {d}")
+            out = os.path.join(d, "ring.json")
+            with open(out, "w") as f:
+                f.flush()
+                self.lib.jaxmpi_record_json(d.encode(), f.fileno())
+            with open(out) as f:
+                (ring,) = json.load(f)["rings"]
+        return ring
 
     # ---- the eager path (Python makes the MPI call) -----------------------
 
