@@ -508,9 +508,9 @@ static int explain_group(jm_text *t, const jm_rings *rs, const jm_group *g,
     tprintf(t, "%srank %d calls %s where ", causes ? " " : "", g->in[i].rank,
             other.p ? other.p : "?");
     describe_ranks(t, waiting, nwaiting);
-    tprintf(t, " call %s: the ranks disagree on the order of collective "
+    tprintf(t, " call%s %s: the ranks disagree on the order of collective "
                "calls on this communicator.",
-            what.p ? what.p : "?");
+            nwaiting == 1 ? "s" : "", what.p ? what.p : "?");
     free(other.p);
     causes++;
   }
@@ -540,9 +540,9 @@ static int explain_group(jm_text *t, const jm_rings *rs, const jm_group *g,
       describe(&other, rs, r, e, 1);
       tprintf(t, "rank %d called %s where ", q, other.p ? other.p : "?");
       describe_ranks(t, waiting, nwaiting);
-      tprintf(t, " call %s: the ranks disagree on the order of collective "
+      tprintf(t, " call%s %s: the ranks disagree on the order of collective "
                  "calls on this communicator.",
-              what.p ? what.p : "?");
+              nwaiting == 1 ? "s" : "", what.p ? what.p : "?");
       free(other.p);
       causes++;
     } else if (e && (e->flags & JM_REC_START) && !wait) {

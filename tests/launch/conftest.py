@@ -55,12 +55,15 @@ def several_devices(env, args) -> bool:
 
 
 @pytest.fixture
-def mpirun():
+def mpirun(tmp_path):
     def run(n, *args, env=None, timeout=300):
         full_env = dict(os.environ)
         for k in [k for k in full_env if k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))]:
             del full_env[k]
         full_env.update(san_env())
+        # The flight recorder's rings (a timeout, an MPI error): the test's
+        # own directory, not the working directory (the repository's root).
+        full_env["JAXMPI_RECORD_DIR"] = str(tmp_path / "jaxmpi-record")
         full_env.update(env or {})
         if several_devices(full_env, args):
             full_env["JAX_ENABLE_COMPILATION_CACHE"] = "false"

@@ -9,10 +9,12 @@ astray, as SCENARIO says:
             rank 0 and the others wait in the allreduce rank 1 never enters
 
 Each line that makes a call is marked with a comment the test looks for.
-Run with JAXMPI_TIMEOUT: the ranks in jaxmpi calls time out with the
-flight recorder's verdict and the job ends (its status is not 0).
+The watchdog is set to TIMEOUT seconds once every rank is past its first
+calls (compiling them can take longer than a hang's timeout on a loaded
+machine): the ranks in jaxmpi calls then time out with the flight
+recorder's verdict and the job ends (its status is not 0).
 
-    mpiexec -n N python tests/launch/record_app.py SCENARIO AT
+    mpiexec -n N python tests/launch/record_app.py SCENARIO AT TIMEOUT
 """
 
 import sys
@@ -22,9 +24,10 @@ import jax
 import jax.numpy as jnp
 from mpi4py import MPI
 
+import jaxmpi
 import jaxmpi.notoken as mpx
 
-scenario, at = sys.argv[1], int(sys.argv[2])
+scenario, at, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 rank, size = MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
 last = size - 1
 
@@ -51,6 +54,11 @@ assert at % 2 == 0, "AT must be even: collective AT-1 is a bcast"
 for n in range(1, at):
     x = spread(x) if n % 2 else summed(x)
 x.block_until_ready()
+# Every rank is past its first calls (compiling them on a loaded machine
+# can outlast TIMEOUT): from here on a call waits only for a peer that
+# strays.
+MPI.COMM_WORLD.Barrier()
+jaxmpi.set_timeout(timeout)
 if scenario == "skip" and rank == last:
     time.sleep(120)  # computing, never reaching the allreduce
 elif scenario == "mismatch" and rank == last:
