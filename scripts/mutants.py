@@ -64,6 +64,9 @@ DEV_ORD = "tests/devices/test_ordering.py"
 DEV_CART = "tests/devices/test_devicecart.py"
 DEV_AXIS = "tests/devices/test_allreduce_axis.py"
 DEV_SHARDED = "tests/devices/test_sharded.py"
+REC = "tests/mpi/test_record_ring.py"
+# The planted hangs and the trace (each run starts its own MPI jobs).
+REC_JOBS = "tests/launch/test_record.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -423,6 +426,23 @@ MUTANTS = [
            "PartitionSpec()",
            "an eager sharded request's result taken from one device for "
            "every shard", (DEV_SHARDED,), select="nonblocking", devices=2),
+    # ---- the flight recorder and the trace (csrc/record*.c) ----
+    Mutant("c-record-sendrecv-peers-swapped", "csrc/record_ops.c",
+           "    w->peer = peer_of(c->source);\n    w->peer2 = peer_of(c->dest);",
+           "    w->peer = peer_of(c->dest);\n    w->peer2 = peer_of(c->source);",
+           "the flight recorder records a sendrecv's dest as its source (the "
+           "wrong peer: a verdict would name the wrong rank)", (REC,),
+           select="blocking"),
+    Mutant("c-record-recv-peer-is-self", "csrc/record_ops.c",
+           "    w->peer = peer_of(c->source);\n    w->tag = c->tag;",
+           "    w->peer = peer_of(c->rank);\n    w->tag = c->tag;",
+           "the flight recorder records a receive's own rank as its source",
+           (REC,), select="starts"),
+    Mutant("c-trace-clocks-not-aligned", "csrc/record.c",
+           "        *offset_ns = t - (t0 + (t1 - t0) / 2);",
+           "        *offset_ns = 0;",
+           "the trace's clocks are not aligned with rank 0's", (REC_JOBS,),
+           select="aligned"),
 ]
 
 # Mutants the suite cannot kill, and why (CONTRIBUTING.md has the same list).

@@ -5,7 +5,8 @@ line; the trace of a known program (``JAXMPI_TRACE``) with exactly the
 expected events on every rank, spans that nest and clocks that align (with
 each rank's clock skewed on purpose); the timeline drawn, and the table
 and JSON without matplotlib; the commands never start MPI or JAX; a fatal
-signal writes the ring. tests/mpi/test_record.py checks the ring itself."""
+signal writes the ring. tests/mpi/test_record_ring.py checks the ring
+itself."""
 
 import json
 import os
@@ -16,7 +17,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
 
 APP = "tests/launch/record_app.py"
 TRACE_APP = "tests/launch/trace_app.py"
@@ -113,20 +115,13 @@ INNER = {"allreduce": "MPI_Allreduce", "bcast": "MPI_Bcast",
 
 
 @pytest.fixture(scope="module")
-def traced(tmp_path_factory):
+def traced(mpirun_module, tmp_path_factory):
     """trace_app.py at 3 ranks under JAXMPI_TRACE, each rank's clock skewed
     by 0.3 s times its rank, then merged by python -m jaxmpi.trace."""
-    from conftest import launcher, san_env
     d = tmp_path_factory.mktemp("trace")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))}
-    env.update(san_env())
-    env.update({"JAXMPI_TRACE": str(d),
-                "JAXMPI_RECORD_CLOCK_SKEW_NS": "300000000"})
-    job = subprocess.run([*launcher(), "-n", "3", sys.executable, TRACE_APP,
-                          str(ROUNDS)], cwd=ROOT, env=env, text=True,
-                         capture_output=True, timeout=300)
-    assert job.returncode == 0, job.stdout + job.stderr
+    job = mpirun_module(3, TRACE_APP, str(ROUNDS), env={
+        "JAXMPI_TRACE": str(d), "JAXMPI_RECORD_CLOCK_SKEW_NS": "300000000"})
+    assert job.returncode == 0, job
     merged = command("-m", "jaxmpi.trace", str(d))
     assert merged.returncode == 0, merged.stdout + merged.stderr
     with open(d / "trace.json") as f:
@@ -280,3 +275,56 @@ def test_a_fatal_signal_writes_the_ring(mpirun, tmp_path):
     (ring,) = json.loads(out.stdout)["rings"]
     assert (ring["reason"], ring["signal"]) == (4, 11), ring
     assert ring["entries"][-1]["op"] == "allreduce", ring
+
+
+DEVICES_APP = """
+import sys
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import Mesh, PartitionSpec as P
+from mpi4py import MPI
+import jaxmpi.notoken as mpx
+try:
+    shard_map = jax.shard_map
+except AttributeError:  # JAX < 0.7
+    from jax.experimental.shard_map import shard_map
+mesh = Mesh(np.array(jax.devices()), ("d",))
+step = jax.jit(shard_map(lambda x: mpx.allreduce(x, MPI.SUM), mesh=mesh,
+                         in_specs=P("d"), out_specs=P("d")))
+x = jnp.arange(4.0 * jax.device_count())
+for _ in range(2):
+    x = step(x)
+x.block_until_ready()
+"""
+
+
+def test_trace_over_several_devices_has_a_row_per_position(mpirun, tmp_path):
+    # 2 processes x 2 devices: each position's calls on its own row (tid),
+    # numbered on its own communicator, the same on every process.
+    d = tmp_path / "trace"
+    app = tmp_path / "devices_app.py"
+    app.write_text(DEVICES_APP)
+    job = mpirun(2, str(app), env={
+        "JAXMPI_TRACE": str(d),
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+    assert job.returncode == 0, job
+    assert command("-m", "jaxmpi.trace", str(d), "--no-png").returncode == 0
+    with open(d / "trace.json") as f:
+        trace = json.load(f)
+    comms = {}
+    for rank in range(2):
+        calls = [e for e in trace["traceEvents"] if e["ph"] == "X"
+                 and e["cat"] == "jaxmpi" and e["pid"] == rank]
+        for tid in (0, 1):
+            row = sorted((e for e in calls if e["tid"] == tid),
+                         key=lambda e: e["ts"])
+            assert [(e["name"], e["args"]["seq"], e["args"]["position"])
+                    for e in row] == [("allreduce", 1, tid),
+                                      ("allreduce", 2, tid)], row
+            comms.setdefault(tid, set()).update(e["args"]["comm"] for e in row)
+        assert {e["tid"] for e in calls} == {0, 1}
+    assert all(len(keys) == 1 for keys in comms.values()), comms
+    assert comms[0] != comms[1], comms
+    names = [e for e in trace["traceEvents"] if e["ph"] == "M"
+             and e["name"] == "thread_name" and e["pid"] == 0]
+    assert sorted(e["args"]["name"] for e in names) == [
+        "device position 0", "device position 1"]
