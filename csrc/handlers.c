@@ -37,7 +37,7 @@ static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
   /* The flight recorder's entry (record.h), ended when the call returns. */
   c.rec = jm_record_op(&c, desc);
   double t0 = 0.0;
-  if (jm_cfg.debug) {
+  if (jm_cfg.debug & JM_DEBUG_LOG) {
     t0 = jm_mpi.Wtime();
     jm_log_call(&c, NULL, t0, 1);
   }
@@ -50,7 +50,7 @@ static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
     err = jm_check_collective(&c, desc, mode);
   if (!err) err = run(&c, desc);
   jm_record_end(c.rec, err ? JM_REC_FAILED : JM_REC_DONE);
-  if (jm_cfg.debug) jm_log_call(&c, err, t0, 0);
+  if (jm_cfg.debug & JM_DEBUG_LOG) jm_log_call(&c, err, t0, 0);
   return err;
 }
 

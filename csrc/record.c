@@ -880,18 +880,40 @@ int jaxmpi_record_dump_now(int reason, const char *why) {
 }
 
 /* ---- the trace ---------------------------------------------------------------
- * Completed calls (and the MPI calls inside them) appended to a buffer,
- * written to the trace file when it fills: one mutex per event, taken only
- * while tracing (the ring's path takes none). Sites are written once, the
- * first time an event names them. */
+ * Completed calls, each with the MPI calls made inside it (kept by the
+ * thread until the call ends), appended under one lock per call to a
+ * buffer written to the trace file when it fills. Names travel as numbers
+ * (the op names, dtypes and MPI calls are static strings: a table keyed by
+ * their address numbers them, each written once), sites likewise. Callgrind
+ * counted about 1000 instructions a call with a lock per event, the names
+ * copied into each event and three MPI_Wtime; this is about a third. */
 #define JM_TRACE_BUF (1 << 20)
+#define JM_TRACE_NAMES 512 /* power of two */
+#define JM_PENDING 8
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
 static int trace_fd = -1;
 static char *trace_buf;
 static size_t trace_n;
 static int trace_failed;
-static int64_t trace_sites_written[JM_MAX_SITES];
-static int trace_nsites;
+static struct {
+  const char *p;
+  uint16_t id;
+} names[JM_TRACE_NAMES];
+static uint16_t nnames;
+static int64_t sites_written[JM_MAX_SITES]; /* open addressing on the id */
+
+/* The MPI calls this thread made inside its current call: the first in a
+ * few words (it goes into the call's event), the others as events. */
+typedef struct jm_inner {
+  int64_t parent, t0, t1, count;
+  const char *fn;
+  int peer, position;
+} jm_inner;
+static _Thread_local jm_inner first_inner;
+static _Thread_local struct {
+  int n;
+  jm_trace_event ev[JM_PENDING];
+} pending;
 
 static void trace_write_locked(void) {
   size_t done = 0;
@@ -914,25 +936,79 @@ static void trace_put_locked(uint32_t type, const void *p, uint32_t size) {
   trace_n += sizeof r + size;
 }
 
-static void trace_site_locked(int64_t id) {
+/* The number of static string s (0 for NULL), defined in the file the
+ * first time. */
+static uint16_t name_locked(const char *s) {
+  if (!s) return 0;
+  size_t i = (size_t)(((uintptr_t)s * 0x9e3779b97f4a7c15ull) >> 54) &
+             (JM_TRACE_NAMES - 1);
+  for (int k = 0; k < JM_TRACE_NAMES; k++, i = (i + 1) & (JM_TRACE_NAMES - 1)) {
+    if (names[i].p == s) return names[i].id;
+    if (names[i].p) continue;
+    if (nnames == JM_TRACE_NAMES - 1) return 0;
+    jm_trace_string d;
+    memset(&d, 0, sizeof d);
+    d.id = ++nnames;
+    copy_name(d.text, sizeof d.text, s);
+    trace_put_locked(JM_TRACE_STRING, &d, sizeof d);
+    names[i].p = s;
+    names[i].id = d.id;
+    return d.id;
+  }
+  return 0;
+}
+
+static void site_locked(int64_t id) {
   if (!id) return;
-  for (int i = trace_nsites - 1; i >= 0; i--)
-    if (trace_sites_written[i] == id) return;
-  const char *t = site_find(id);
-  if (!t || trace_nsites == JM_MAX_SITES) return;
-  jm_ring_site s;
-  memset(&s, 0, sizeof s);
-  s.id = id;
-  copy_name(s.text, sizeof s.text, t);
-  trace_put_locked(JM_TRACE_SITE, &s, sizeof s);
-  trace_sites_written[trace_nsites++] = id;
+  size_t i = (size_t)((uint64_t)id % JM_MAX_SITES);
+  for (int k = 0; k < JM_MAX_SITES; k++, i = (i + 1) % JM_MAX_SITES) {
+    if (sites_written[i] == id) return;
+    if (sites_written[i]) continue;
+    const char *t = site_find(id);
+    if (!t) return;
+    jm_ring_site d;
+    memset(&d, 0, sizeof d);
+    d.id = id;
+    copy_name(d.text, sizeof d.text, t);
+    trace_put_locked(JM_TRACE_SITE, &d, sizeof d);
+    sites_written[i] = id;
+    return;
+  }
+}
+
+/* Write this thread's pending MPI calls (lock held). */
+static void pending_locked(void) {
+  if (first_inner.parent) {
+    /* One whose call ended elsewhere (or not yet): an event of its own. */
+    jm_trace_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.parent = first_inner.parent;
+    ev.t0 = first_inner.t0;
+    ev.t1 = first_inner.t1;
+    ev.bytes = first_inner.count;
+    ev.peer = first_inner.peer;
+    ev.peer2 = JM_REC_NONE;
+    ev.tag = -1;
+    ev.position = (int16_t)first_inner.position;
+    ev.state = JM_REC_DONE;
+    ev.op = name_locked(first_inner.fn);
+    trace_put_locked(JM_TRACE_EVENT, &ev, sizeof ev);
+    first_inner.parent = 0;
+  }
+  for (int i = 0; i < pending.n; i++) {
+    jm_trace_event *ev = &pending.ev[i];
+    ev->op = name_locked((const char *)(uintptr_t)ev->link);
+    ev->link = 0;
+    trace_put_locked(JM_TRACE_EVENT, ev, sizeof *ev);
+  }
+  pending.n = 0;
 }
 
 static void trace_call(const jm_entry *e, uint64_t number, uint64_t t1,
                        int state) {
   jm_trace_event ev;
-  memset(&ev, 0, sizeof ev);
   ev.number = (int64_t)number;
+  ev.parent = 0;
   ev.seq = e->seq;
   ev.site = e->site;
   ev.bytes = e->bytes;
@@ -940,48 +1016,64 @@ static void trace_call(const jm_entry *e, uint64_t number, uint64_t t1,
   ev.t0 = (int64_t)e->t0;
   ev.t1 = (int64_t)t1;
   ev.comm = e->comm ? e->comm->key : 0;
-  ev.state = state;
-  ev.flags = e->flags;
-  ev.position = e->position;
   ev.peer = e->peer;
   ev.peer2 = e->peer2;
   ev.tag = e->tag;
-  copy_name(ev.op, sizeof ev.op, e->op);
-  copy_name(ev.kind, sizeof ev.kind, e->kind);
-  copy_name(ev.dtype, sizeof ev.dtype, e->dtype);
+  ev.position = (int16_t)e->position;
+  ev.state = (uint8_t)state;
+  ev.flags = (uint8_t)e->flags;
+  jm_inner *first = &first_inner; /* one TLS lookup */
+  const int mine = first->parent == (int64_t)number;
+  ev.inner_t0 = mine ? first->t0 : 0;
+  ev.inner_t1 = mine ? first->t1 : 0;
+  ev.inner_count = mine ? first->count : 0;
+  ev.inner_peer = mine ? first->peer : JM_REC_NONE;
+  const char *inner_fn = mine ? first->fn : NULL;
+  if (mine) first->parent = 0;
   pthread_mutex_lock(&trace_lock);
-  trace_site_locked(ev.site);
+  ev.op = name_locked(e->op);
+  ev.kind = name_locked(e->kind);
+  ev.dtype = name_locked(e->dtype);
+  ev.inner_op = name_locked(inner_fn);
+  site_locked(ev.site);
   trace_put_locked(JM_TRACE_EVENT, &ev, sizeof ev);
+  if (first->parent || pending.n) pending_locked();
   pthread_mutex_unlock(&trace_lock);
+}
+
+double jm_record_seconds(void) {
+  return use_counter ? (double)ticks() * ref_rate * 1e-9 : (double)mono_ns() * 1e-9;
 }
 
 void jm_record_inner(int64_t parent, int position, const char *fn, int peer,
                      int64_t count, double seconds) {
   if (!atomic_load_explicit(&tracing, memory_order_relaxed) || !parent) return;
-  const uint64_t t1 = ticks();
-  const int64_t dur_ns = (int64_t)(seconds * 1e9);
-  jm_trace_event ev;
-  memset(&ev, 0, sizeof ev);
-  ev.parent = parent;
-  ev.t1 = (int64_t)t1;
+  const int64_t t1 = (int64_t)ticks();
   /* Back from the end by the call's duration, in ticks. */
-  ev.t0 = ev.t1 - (int64_t)((double)dur_ns / (use_counter ? ref_rate : 1.0));
-  ev.bytes = count;
-  ev.position = position;
-  ev.peer = peer;
-  ev.peer2 = JM_REC_NONE;
-  ev.tag = -1;
-  ev.state = JM_REC_DONE;
-  /* "MPI_Sendrecv (exchange in place)": the name, then the note as kind. */
-  size_t i = 0;
-  while (fn[i] && fn[i] != ' ' && i + 1 < sizeof ev.op) {
-    ev.op[i] = fn[i];
-    i++;
+  const int64_t t0 =
+      t1 - (int64_t)(seconds * 1e9 / (use_counter ? ref_rate : 1.0));
+  jm_inner *first = &first_inner; /* one TLS lookup */
+  if (!first->parent) {
+    *first = (jm_inner){parent, t0, t1, count, fn, peer, position};
+    return;
   }
-  if (fn[i] == ' ') copy_name(ev.kind, sizeof ev.kind, fn + i + 1);
-  pthread_mutex_lock(&trace_lock);
-  trace_put_locked(JM_TRACE_EVENT, &ev, sizeof ev);
-  pthread_mutex_unlock(&trace_lock);
+  if (pending.n == JM_PENDING) {
+    pthread_mutex_lock(&trace_lock);
+    pending_locked();
+    pthread_mutex_unlock(&trace_lock);
+  }
+  jm_trace_event *ev = &pending.ev[pending.n++];
+  memset(ev, 0, sizeof *ev);
+  ev->parent = parent;
+  ev->t1 = t1;
+  ev->t0 = t0;
+  ev->bytes = count;
+  ev->position = (int16_t)position;
+  ev->peer = peer;
+  ev->peer2 = JM_REC_NONE;
+  ev->tag = -1;
+  ev->state = JM_REC_DONE;
+  ev->link = (int64_t)(uintptr_t)fn; /* its name, numbered when written */
 }
 
 int jaxmpi_trace_open(const char *path, int64_t offset_ns, int64_t origin_ns,
@@ -1042,7 +1134,10 @@ void jaxmpi_trace_set(int on) {
   const int open_ = trace_fd >= 0;
   pthread_mutex_unlock(&trace_lock);
   atomic_store(&tracing, on && open_);
-  jaxmpi_record_set(capacity > 0 || (on && open_));
+  /* The trace needs calls recorded; without it, recording is the ring's
+   * (jaxmpi_record_set). */
+  if (on && open_) atomic_store(&recording, 1);
+  else if (!capacity) atomic_store(&recording, 0);
 }
 
 int jaxmpi_trace_on(void) { return atomic_load(&tracing); }
@@ -1054,6 +1149,7 @@ int jaxmpi_trace_close(char *err, size_t errlen) {
     pthread_mutex_unlock(&trace_lock);
     return 0;
   }
+  pending_locked();
   jm_trace_end e = {(int64_t)ticks(), mono_ns()};
   trace_put_locked(JM_TRACE_END, &e, sizeof e);
   trace_write_locked();

@@ -99,9 +99,13 @@ int jm_record_on(void);
 
 /* An MPI call made inside call `parent` (the debug log's and the trace's
  * inner spans): `fn` as the debug log names it ("MPI_Sendrecv (exchange in
- * place)"), which lasted `seconds` up to now. Kept only while tracing. */
+ * place)"; static), which lasted `seconds` up to now. Kept only while
+ * tracing, and written with its call (one lock per call). */
 void jm_record_inner(int64_t parent, int position, const char *fn, int peer,
                      int64_t count, double seconds);
+/* Seconds on the recorder's clock (for durations: cheaper than
+ * MPI_Wtime where the cycle counter is used). */
+double jm_record_seconds(void);
 
 /* ---- dumps ---------------------------------------------------------------
  * Why a ring is written (the file's header says it). */
@@ -189,11 +193,15 @@ typedef struct jm_ring_site {
 } jm_ring_site;
 
 /* A trace file (DIR/rank-<r>.trace.bin): a jm_trace_header, then records,
- * each a jm_trace_record and its payload: an event (jm_trace_event), or a
- * site's text (a jm_ring_site). Times are the cycle counter's; the header's
- * two reference points and offset turn them into aligned nanoseconds. */
+ * each a jm_trace_record and its payload: an event (jm_trace_event), a
+ * name (jm_trace_string: events carry names as numbers, each defined once),
+ * a site's text (a jm_ring_site), or a reference point of the clock
+ * (jm_trace_end). Times are the cycle counter's; the header's reference
+ * point, the last jm_trace_end and the offset turn them into aligned
+ * nanoseconds. Records may come in any order (a name after its first use:
+ * the reader reads the file twice). */
 #define JM_TRACE_MAGIC "jaxmpi trace\n\0\0\0"
-#define JM_TRACE_VERSION 1
+#define JM_TRACE_VERSION 2
 
 typedef struct jm_trace_header {
   char magic[16];
@@ -206,23 +214,41 @@ typedef struct jm_trace_header {
   char host[64];
 } jm_trace_header;
 
-enum { JM_TRACE_EVENT = 1, JM_TRACE_SITE = 2, JM_TRACE_END = 3 };
+enum {
+  JM_TRACE_EVENT = 1,
+  JM_TRACE_SITE = 2,
+  JM_TRACE_END = 3,
+  JM_TRACE_STRING = 4
+};
 
 typedef struct jm_trace_record {
   uint32_t type, size; /* size: of the payload that follows */
 } jm_trace_record;
 
-/* JM_TRACE_END's payload: the second reference point (at close). */
+/* JM_TRACE_END's payload: a reference point (the last one is at close). */
 typedef struct jm_trace_end {
   int64_t ticks, ns;
 } jm_trace_end;
 
+/* JM_TRACE_STRING's: name number `id` (from 1). */
+typedef struct jm_trace_string {
+  uint32_t id;
+  char text[60];
+} jm_trace_string;
+
+/* A call (number > 0), or an MPI call inside call `parent` (number 0; op
+ * is the debug log's name of it, "MPI_Sendrecv (exchange in place)";
+ * bytes its count). A call's first MPI call travels inside its event
+ * (inner_*: most calls make one), the others as events of their own. */
 typedef struct jm_trace_event {
   int64_t number, parent, seq, site, bytes, link;
   int64_t t0, t1; /* ticks */
   uint64_t comm;
-  int32_t state, flags, position, peer, peer2, tag;
-  char op[JM_NAME_LEN], kind[JM_NAME_LEN], dtype[16];
+  int64_t inner_t0, inner_t1, inner_count;
+  int32_t peer, peer2, tag, inner_peer;
+  int16_t position;
+  uint8_t state, flags;
+  uint16_t op, kind, dtype, inner_op; /* names (jm_trace_string), 0: none */
 } jm_trace_event;
 
 /* ---- ctypes entry points (src/jaxmpi/_recorder.py) ---------------------- */

@@ -996,6 +996,57 @@ static const jm_span *find_span(const jm_span *s, size_t n, int64_t number) {
   return lo < n && s[lo].number == number ? &s[lo] : NULL;
 }
 
+/* The names of a trace file (JM_TRACE_STRING), by number. */
+typedef struct jm_names {
+  char (*text)[60];
+  size_t n;
+} jm_names;
+
+static const char *name_of(const jm_names *nm, uint16_t id) {
+  return id && id < nm->n && nm->text[id][0] ? nm->text[id] : "";
+}
+
+/* ts in us, aligned with rank 0's clock, of counter value t. */
+static double trace_us(const jm_trace_header *h, double rate, int64_t t) {
+  return (double)(h->ref_ns + (int64_t)((double)(t - h->ref_ticks) * rate) +
+                  h->offset_ns - h->origin_ns) / 1e3;
+}
+
+/* An MPI call inside a call: inside its span (their clocks are read apart:
+ * the duration, then the counter at its end). Its name as the debug log's,
+ * "MPI_Sendrecv (exchange in place)": the call, and the note as detail. */
+static void inner_span(jm_text *t, const jm_names *nm, const jm_span *spans,
+                       size_t nspans, const jm_trace_event *ev, int pid,
+                       int tid, const jm_trace_header *h, double rate) {
+  int64_t t0 = ev->t0, t1 = ev->t1;
+  const jm_span *s = find_span(spans, nspans, ev->parent);
+  if (s) {
+    if (t1 > s->t1) t1 = s->t1;
+    if (t0 < s->t0) t0 = s->t0;
+    if (t0 > t1) t0 = t1;
+  }
+  char fn[64];
+  snprintf(fn, sizeof fn, "%s", name_of(nm, ev->op));
+  char *space = strchr(fn, ' ');
+  const char *detail = "";
+  if (space) {
+    *space = '\0';
+    detail = space + 1;
+  }
+  tprintf(t, ",\n{\"ph\":\"X\",\"cat\":\"mpi\",\"name\":");
+  json_str(t, fn);
+  const double us0 = trace_us(h, rate, t0), us1 = trace_us(h, rate, t1);
+  tprintf(t, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":"
+             "{\"call\":%lld,\"count\":%lld",
+          pid, tid, us0, us1 - us0, (long long)ev->parent, (long long)ev->bytes);
+  if (ev->peer >= 0) tprintf(t, ",\"peer\":%d", ev->peer);
+  if (detail[0]) {
+    tprintf(t, ",\"detail\":");
+    json_str(t, detail);
+  }
+  tprintf(t, "}}");
+}
+
 int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
                              size_t errlen) {
   size_t len = 0;
@@ -1015,15 +1066,16 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
   }
   h.host[sizeof h.host - 1] = '\0';
   /* Pass 1: the clock's last reference point, the calls' spans (for their
-   * inner MPI calls), the sites. */
+   * inner MPI calls), the names and sites. */
   jm_trace_end last = {h.ref_ticks + 1000000000, h.ref_ns + 1000000000};
   size_t nspans = 0, nsites = 0, capspans = 1024, capsites = 64;
   jm_span *spans = malloc(sizeof *spans * capspans);
   jm_ring_site *sites = malloc(sizeof *sites * capsites);
+  jm_names nm = {calloc(65536, sizeof *nm.text), 65536};
   int positions[JM_MAX_POSITIONS_SEEN + 1];
   int npositions = 0;
   size_t at = sizeof h;
-  while (spans && sites && at + sizeof(jm_trace_record) <= len) {
+  while (spans && sites && nm.text && at + sizeof(jm_trace_record) <= len) {
     jm_trace_record rec;
     memcpy(&rec, buf + at, sizeof rec);
     if (at + sizeof rec + rec.size > len) break; /* cut short: a crash */
@@ -1031,6 +1083,14 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
     at += sizeof rec + rec.size;
     if (rec.type == JM_TRACE_END && rec.size == sizeof last) {
       memcpy(&last, p, sizeof last);
+    } else if (rec.type == JM_TRACE_STRING &&
+               rec.size == sizeof(jm_trace_string)) {
+      jm_trace_string d;
+      memcpy(&d, p, sizeof d);
+      if (d.id < nm.n) {
+        memcpy(nm.text[d.id], d.text, sizeof d.text);
+        nm.text[d.id][sizeof d.text - 1] = '\0';
+      }
     } else if (rec.type == JM_TRACE_SITE && rec.size == sizeof(jm_ring_site)) {
       if (nsites == capsites) {
         jm_ring_site *q = realloc(sites, sizeof *sites * (capsites *= 2));
@@ -1046,7 +1106,7 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
       int seen = 0;
       for (int i = 0; i < npositions && !seen; i++) seen = positions[i] == tid;
       if (!seen && npositions < JM_MAX_POSITIONS_SEEN) positions[npositions++] = tid;
-      if (ev.parent) continue;
+      if (!ev.number) continue;
       if (nspans == capspans) {
         jm_span *q = realloc(spans, sizeof *spans * (capspans *= 2));
         if (!q) break;
@@ -1055,10 +1115,11 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
       spans[nspans++] = (jm_span){ev.number, ev.t0, ev.t1};
     }
   }
-  if (!spans || !sites) {
+  if (!spans || !sites || !nm.text) {
     snprintf(err, errlen, "out of memory reading %s", bin);
     free(spans);
     free(sites);
+    free(nm.text);
     free(buf);
     return -1;
   }
@@ -1066,14 +1127,13 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
   double rate = 1.0;
   if (h.clock && last.ticks != h.ref_ticks)
     rate = (double)(last.ns - h.ref_ns) / (double)(last.ticks - h.ref_ticks);
-#define JM_US(t)                                                               \
-  ((double)(h.ref_ns + (int64_t)((double)((t) - h.ref_ticks) * rate) +         \
-            h.offset_ns - h.origin_ns) / 1e3)
+#define JM_US(t) trace_us(&h, rate, (t))
   FILE *f = fopen(json, "w");
   if (!f) {
     snprintf(err, errlen, "cannot write %s: %s", json, strerror(errno));
     free(spans);
     free(sites);
+    free(nm.text);
     free(buf);
     return -1;
   }
@@ -1101,35 +1161,15 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
     if (rec.type != JM_TRACE_EVENT || rec.size != sizeof(jm_trace_event)) continue;
     jm_trace_event ev;
     memcpy(&ev, p, sizeof ev);
-    ev.op[JM_NAME_LEN - 1] = ev.kind[JM_NAME_LEN - 1] = '\0';
-    ev.dtype[sizeof ev.dtype - 1] = '\0';
     const int tid = ev.position < 0 ? 0 : ev.position;
     int64_t t0 = ev.t0, t1 = ev.t1;
     t.n = 0;
-    if (ev.parent) {
-      /* An MPI call inside a call: inside its span (their clocks are read
-       * apart: MPI_Wtime's duration, the counter's end). */
-      const jm_span *s = find_span(spans, nspans, ev.parent);
-      if (s) {
-        if (t1 > s->t1) t1 = s->t1;
-        if (t0 < s->t0) t0 = s->t0;
-        if (t0 > t1) t0 = t1;
-      }
-      tprintf(&t, ",\n{\"ph\":\"X\",\"cat\":\"mpi\",\"name\":");
-      json_str(&t, ev.op);
-      tprintf(&t, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":"
-                  "{\"call\":%lld,\"count\":%lld",
-              pid, tid, JM_US(t0), JM_US(t1) - JM_US(t0),
-              (long long)ev.parent, (long long)ev.bytes);
-      if (ev.kind[0]) {
-        tprintf(&t, ",\"detail\":");
-        json_str(&t, ev.kind);
-      }
-      tprintf(&t, "}}");
+    if (!ev.number) {
+      inner_span(&t, &nm, spans, nspans, &ev, pid, tid, &h, rate);
     } else {
       tprintf(&t, ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"name\":",
               ev.flags & JM_REC_NATIVE ? "native" : "jaxmpi");
-      json_str(&t, ev.op);
+      json_str(&t, name_of(&nm, ev.op));
       tprintf(&t, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":"
                   "{\"call\":%lld,\"seq\":%lld,\"bytes\":%lld,\"state\":\"%s\","
                   "\"comm\":\"%016llx\",\"peer\":%d",
@@ -1138,14 +1178,15 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
               state_name(ev.state), (unsigned long long)ev.comm, ev.peer);
       if (ev.peer2 != JM_REC_NONE) tprintf(&t, ",\"peer2\":%d", ev.peer2);
       if (ev.tag >= 0) tprintf(&t, ",\"tag\":%d", ev.tag);
-      if (ev.kind[0]) {
+      if (ev.kind) {
         tprintf(&t, ",\"kind\":");
-        json_str(&t, ev.kind);
+        json_str(&t, name_of(&nm, ev.kind));
       }
-      if (ev.dtype[0]) {
+      if (ev.dtype) {
         tprintf(&t, ",\"dtype\":");
-        json_str(&t, ev.dtype);
+        json_str(&t, name_of(&nm, ev.dtype));
       }
+      if (ev.flags & JM_REC_EAGER) tprintf(&t, ",\"eager\":true");
       if (ev.link) tprintf(&t, ",\"start\":%lld", (long long)ev.link);
       if (ev.position >= 0) tprintf(&t, ",\"position\":%d", ev.position);
       for (size_t i = 0; i < nsites; i++)
@@ -1155,6 +1196,19 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
           break;
         }
       tprintf(&t, "}}");
+      if (ev.inner_op) {
+        /* Its first MPI call (the others are events of their own). */
+        jm_trace_event in;
+        memset(&in, 0, sizeof in);
+        in.parent = ev.number;
+        in.t0 = ev.inner_t0;
+        in.t1 = ev.inner_t1;
+        in.bytes = ev.inner_count;
+        in.peer = ev.inner_peer;
+        in.op = ev.inner_op;
+        inner_span(&t, &nm, spans, nspans, &in, pid, tid, &h, rate);
+        events++;
+      }
       /* A start and its wait: a flow arrow from one to the other. */
       const uint64_t flow = (uint64_t)pid << 40;
       if (ev.flags & JM_REC_START)
@@ -1189,6 +1243,7 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
   if (fclose(f)) bad = 1;
   free(spans);
   free(sites);
+  free(nm.text);
   free(buf);
   if (bad) {
     snprintf(err, errlen, "writing %s failed", json);

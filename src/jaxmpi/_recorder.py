@@ -252,7 +252,9 @@ class Recorder:
             self.lib.jaxmpi_record_set(int(bool(on)))
 
     def set_tracing(self, on: bool) -> None:
-        """Trace calls or not (only while a trace is open)."""
+        """Trace calls or not (only while a trace is open; tracing records
+        calls even while recording is off, pausing it leaves recording as
+        it was)."""
         if self.lib is not None and self.trace_dir:
             self.lib.jaxmpi_trace_set(int(bool(on)))
             self.lib.jaxmpi_trace_inner(int(bool(on)))
