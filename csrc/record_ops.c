@@ -49,6 +49,10 @@ static void describe(const jm_call *c, jm_record_call *w) {
     w->tag = c->tag;
   }
   const int dtype = payload_dtype(c, &w->bytes);
+  if (a & (JM_A(sources) | JM_A(dests)))
+    /* An exchange: every buffer it sends. */
+    for (int i = 1; i < c->nargs; i++)
+      w->bytes += c->arg[i].count * (int64_t)c->arg[i].elsize;
   w->dtype = dtype >= 0 && dtype < JM_NDTYPES ? jm_dtypes[dtype].name : NULL;
   w->site = c->site;
   w->seq = 0;
@@ -89,7 +93,7 @@ static const char *const blocking_names[] = {JM_OPS(JM_OP_NAME)};
 
 int64_t jaxmpi_record_eager_begin(int op, uint64_t comm, int root, int dtype,
                                   int64_t bytes, int64_t site, int64_t *seq) {
-  *seq = 0;
+  if (seq) *seq = 0;
   if (!jm_record_on() || op < 0 || op >= JM_NBLOCKING) return 0;
   jm_record_call w = {0};
   w.op = blocking_names[op];
@@ -104,7 +108,7 @@ int64_t jaxmpi_record_eager_begin(int op, uint64_t comm, int root, int dtype,
   w.bytes = bytes;
   w.site = site;
   jm_record_ref ref = jm_record_begin(&w);
-  *seq = ref.seq;
+  if (seq) *seq = ref.seq;
   return ref.number;
 }
 

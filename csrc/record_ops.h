@@ -17,7 +17,8 @@ jm_record_ref jm_record_wait_of(const jm_call *start);
 /* The eager path (_eager.py): a blocking collective `op` (JM_OP_<name>)
  * that Python makes through mpi4py, on communicator `comm` (root: its
  * root, or -1), `bytes` of XLA type `dtype`. Returns the call's number (0:
- * not recorded) and its sequence number in *seq; end takes both back. */
+ * not recorded) and its sequence number in *seq (seq may be NULL); end
+ * takes both back (only the number matters to it). */
 __attribute__((visibility("default"))) int64_t jaxmpi_record_eager_begin(
     int op, uint64_t comm, int root, int dtype, int64_t bytes, int64_t site,
     int64_t *seq);

@@ -22,7 +22,7 @@ It reads files only: it never initialises MPI or imports JAX.
 
 Usage::
 
-    python -m jaxmpi.trace DIR [--no-png]
+    python -m jaxmpi.trace DIR [--no-png] [--window FIRST:LAST]
 """
 
 from __future__ import annotations
@@ -126,9 +126,10 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
-def draw(events, path: str) -> str | None:
+def draw(events, path: str, window=None) -> str | None:
     """DIR/timeline.png: one row per (rank, device position), a bar per call
-    coloured by its operation. Returns why it could not be drawn, or None."""
+    coloured by its operation; `window`: (first, last) ms since the first
+    call, or None for all. Returns why it could not be drawn, or None."""
     try:
         # Optional (the extra jaxmpi[trace]): the JSON and table need none.
         import matplotlib
@@ -139,13 +140,16 @@ def draw(events, path: str) -> str | None:
         return ("the timeline needs matplotlib: pip install 'jaxmpi[trace]' "
                 "(trace.json and the table are written without it)")
     spans = calls(events)
+    t0 = min((e["ts"] for e in spans), default=0.0)
     rows = sorted({(e["pid"], e.get("tid", 0)) for e in spans})
+    if window:
+        lo, hi = (t0 + w * 1e3 for w in window)
+        spans = [e for e in spans if e["ts"] + e["dur"] >= lo and e["ts"] <= hi]
     several = any(tid for _, tid in rows)
     row_of = {key: i for i, key in enumerate(rows)}
     ops = sorted({e["name"] for e in spans})
     cmap = plt.get_cmap("tab20" if len(ops) > 10 else "tab10")
     colour = {op: cmap(i % cmap.N) for i, op in enumerate(ops)}
-    t0 = min((e["ts"] for e in spans), default=0.0)
     fig, ax = plt.subplots(figsize=(12, 1.2 + 0.45 * max(len(rows), 1)))
     for op in ops:
         for key in rows:
@@ -159,6 +163,8 @@ def draw(events, path: str) -> str | None:
     ax.set_yticklabels([f"rank {p}" + (f" / device {t}" if several else "")
                         for p, t in rows])
     ax.invert_yaxis()
+    if window:
+        ax.set_xlim(*window)
     ax.set_xlabel("time since the first call (ms)")
     ax.set_title("jaxmpi calls per rank (gaps: computation)")
     handles = [plt.Rectangle((0, 0), 1, 1, color=colour[op]) for op in ops]
@@ -170,13 +176,16 @@ def draw(events, path: str) -> str | None:
     return None
 
 
-def merge(directory: str, png: bool = True, out=sys.stdout) -> int:
+def merge(directory: str, png: bool = True, out=sys.stdout,
+          window=None) -> int:
     """Merge, tabulate and draw the traces in `directory` (the command).
 
     Args:
         directory: a ``JAXMPI_TRACE`` directory.
         png: also draw ``timeline.png``.
         out: where the table and notes go.
+        window: (first, last) ms since the first call: the part of the run
+            the timeline shows (None: all of it).
 
     Returns:
         int: 0, or 1 when the directory holds no trace.
@@ -211,7 +220,7 @@ def merge(directory: str, png: bool = True, out=sys.stdout) -> int:
     if missing:
         print(f"note: no trace from rank(s) {missing}", file=out)
     if png:
-        why = draw(events, os.path.join(directory, "timeline.png"))
+        why = draw(events, os.path.join(directory, "timeline.png"), window)
         if why:
             print(f"jaxmpi.trace: {why}", file=sys.stderr)
         else:
@@ -240,11 +249,23 @@ def main(argv=None) -> int:
     ap.add_argument("dir", metavar="DIR")
     ap.add_argument("--no-png", action="store_true",
                     help="do not draw timeline.png")
+    ap.add_argument("--window", metavar="FIRST:LAST",
+                    help="the timeline's part of the run, in ms since the "
+                         "first call (e.g. 5000:5050: skip compilation)")
     args = ap.parse_args(argv)
     if not os.path.isdir(args.dir):
         print(f"jaxmpi.trace: {args.dir} is not a directory", file=sys.stderr)
         return 1
-    return merge(args.dir, png=not args.no_png)
+    window = None
+    if args.window:
+        try:
+            first, last = (float(v) for v in args.window.split(":"))
+        except ValueError:
+            ap.error(f"--window {args.window!r}: FIRST:LAST in ms")
+        if not last > first:
+            ap.error(f"--window {args.window!r}: LAST must follow FIRST")
+        window = (first, last)
+    return merge(args.dir, png=not args.no_png, window=window)
 
 
 if __name__ == "__main__":
