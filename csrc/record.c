@@ -210,6 +210,7 @@ static jm_rcomm *_Atomic registry[JM_MAX_RCOMMS];
 static _Atomic int nregistry;
 
 #define JM_MAP 512 /* power of two */
+#define JM_PROBES 4 /* a handle sits within this many slots of its hash */
 #define JM_TOMB UINT64_MAX
 static struct {
   _Atomic uint64_t handle; /* JM_U64(comm) + 1; 0 empty; JM_TOMB freed */
@@ -232,7 +233,7 @@ static int forget_comm(jm_Comm comm, int kv, void *val, void *extra) {
   (void)kv, (void)val, (void)extra;
   const uint64_t h = JM_U64(comm) + 1;
   size_t i = map_slot(h);
-  for (int k = 0; k < JM_MAP; k++, i = (i + 1) & (JM_MAP - 1)) {
+  for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
     uint64_t x = atomic_load(&map[i].handle);
     if (x == 0) break;
     if (x == h) {
@@ -321,9 +322,10 @@ static jm_rcomm *comm_slow(jm_Comm comm, int position) {
     }
   }
   if (rc && keyval_made) {
+    /* (Full near its hash: found through its attribute every time.) */
     const uint64_t h = JM_U64(comm) + 1;
     size_t i = map_slot(h);
-    for (int k = 0; k < JM_MAP; k++, i = (i + 1) & (JM_MAP - 1)) {
+    for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
       uint64_t x = atomic_load(&map[i].handle);
       if (x == h) break;
       if (x == 0 || x == JM_TOMB) {
@@ -340,28 +342,12 @@ static jm_rcomm *comm_slow(jm_Comm comm, int position) {
 static inline jm_rcomm *comm_of(jm_Comm comm, int position) {
   const uint64_t h = JM_U64(comm) + 1;
   size_t i = map_slot(h);
-  for (int k = 0; k < 4; k++, i = (i + 1) & (JM_MAP - 1)) {
+  for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
     uint64_t x = atomic_load_explicit(&map[i].handle, memory_order_acquire);
     if (x == h) return atomic_load_explicit(&map[i].comm, memory_order_relaxed);
     if (x == 0) break;
   }
   return comm_slow(comm, position);
-}
-
-int jm_record_comm_info(jm_Comm comm, uint64_t *key, int *rank, int *size) {
-  const uint64_t h = JM_U64(comm) + 1;
-  size_t i = map_slot(h);
-  for (int k = 0; k < JM_MAP; k++, i = (i + 1) & (JM_MAP - 1)) {
-    uint64_t x = atomic_load(&map[i].handle);
-    if (x == 0) break;
-    if (x != h) continue;
-    const jm_rcomm *rc = atomic_load(&map[i].comm);
-    *key = rc->key;
-    *rank = rc->rank;
-    *size = rc->size;
-    return 1;
-  }
-  return 0;
 }
 
 /* ---- the ring --------------------------------------------------------------

@@ -136,11 +136,6 @@ int jm_record_world_rank(void);
 int jm_record_world_size(void);
 double jm_record_grace(void);
 
-/* The communicator `comm` as the recorder knows it (after a call on it):
- * its key (the same on every member), this process's rank in it and its
- * size. 0 when unknown. */
-int jm_record_comm_info(jm_Comm comm, uint64_t *key, int *rank, int *size);
-
 /* ---- call sites ----------------------------------------------------------
  * Python source lines of jaxmpi calls, registered at lowering under a
  * 64-bit id (a hash of the text, the same in every process) that reaches

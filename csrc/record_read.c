@@ -356,6 +356,7 @@ static void describe(jm_text *t, const jm_rings *rs, const jm_ring *r,
   }
   if (e->flags & JM_REC_NATIVE && e->kind[0])
     tprintf(t, " (XLA's %s)", e->kind);
+  if (e->position >= 0) tprintf(t, " on device position %d", e->position);
   char where[240];
   const char *site = site_of(r, e->site);
   if (site) {
@@ -753,7 +754,6 @@ static void details(jm_text *t, const jm_rings *rs, int detail) {
       if (e->bytes > 0 || e->dtype[0])
         tprintf(t, ", %lld B%s%s", (long long)e->bytes, e->dtype[0] ? " " : "",
                 e->dtype);
-      if (e->position >= 0) tprintf(t, ", device position %d", e->position);
       if (e->end_ns && e->state != JM_REC_WAITING)
         tprintf(t, ", %.1f us", (double)(e->end_ns - e->begin_ns) / 1e3);
       tprintf(t, "\n");

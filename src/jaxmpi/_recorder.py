@@ -265,8 +265,7 @@ class Recorder:
         if self.lib is None or not self.capacity:
             raise RuntimeError("the flight recorder is off (JAXMPI_RECORD=0)")
         if self.lib.jaxmpi_record_dump_now(DUMP_REQUEST, why.encode()):
-            raise OSError(ctypes.get_errno(),
-                          f"cannot write the ring to {self.dir}")
+            raise OSError(f"cannot write the ring to {self.dir}")
 
     def snapshot(self) -> dict:
         """This process's ring as the reader sees it (csrc/record_read.c's

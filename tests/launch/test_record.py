@@ -14,6 +14,7 @@ import re
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -75,6 +76,26 @@ def test_a_rank_that_skips_a_collective_is_named(mpirun, tmp_path):
     assert verdict(rings) == expected
     # The watchdog's own error says it too, on the ranks that timed out.
     assert expected in one_line(job.stderr), job
+    # A ring that comes late, within the reader's grace period, is read.
+    late = tmp_path / "rank-3.ring"
+    os.rename(rings / "rank-3.ring", late)
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "jaxmpi.record", str(rings), "--quiet",
+         "--grace", "20"], cwd=ROOT, text=True, stdout=subprocess.PIPE)
+    time.sleep(1.0)
+    os.rename(late, rings / "rank-3.ring")
+    out, _ = reader.communicate(timeout=60)
+    assert out.strip() == expected, out
+    # A missing ring is evidence too.
+    os.remove(rings / "rank-3.ring")
+    out = command("-m", "jaxmpi.record", str(rings), "--quiet", "--grace",
+                  "0.5").stdout
+    assert one_line(out) == (
+        f"Rank 3 never entered allreduce #6 "
+        f"({site('summed', '# SITE:allreduce')}) that ranks 0-2 wait in, as "
+        f"far as the rings show: it wrote no ring to {rings} (it is dead, or "
+        f"busy outside jaxmpi on a host where no signal reached it). No ring "
+        f"from rank 3."), out
 
 
 def test_a_rank_that_calls_another_collective_is_named(mpirun, tmp_path):

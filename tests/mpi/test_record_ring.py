@@ -228,3 +228,17 @@ def test_an_mpi_error_writes_the_ring():
     assert failed["state"] == "failed", failed
     assert (failed["peer"], failed["peer2"]) == (LEFT, RIGHT), failed
     WORLD.Barrier()
+
+
+def test_the_directory_is_named_after_the_job():
+    # Slurm's job (and step) where there is one, else rank 0's start: the
+    # same directory on every rank.
+    assert _recorder.job_dir({"SLURM_JOB_ID": "4711"}, "x").endswith(
+        "/jaxmpi-record-4711")
+    assert _recorder.job_dir({"SLURM_JOB_ID": "4711", "SLURM_STEP_ID": "2"},
+                             "x").endswith("/jaxmpi-record-4711.2")
+    assert _recorder.job_dir({}, "20261128-120000-99").endswith(
+        "/jaxmpi-record-20261128-120000-99")
+    assert _recorder.job_dir({"JAXMPI_RECORD_DIR": "rings"}, "x") == \
+        os.path.abspath("rings")
+    same_on_every_rank(os.path.basename(REC.dir))
