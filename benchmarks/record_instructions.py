@@ -7,9 +7,11 @@ the first call on a communicator only).
 
     python benchmarks/record_instructions.py [--calls 5000]
 
-Needs valgrind. Prints per mode the instructions per call and the
-difference to off, and the recorder's allocations over all calls.
-benchmarks/record.py measures the time.
+First the recorder's own time, which other jobs hardly change either:
+benchmarks/record_ns.c (begin and end in a tight loop, the fastest of many
+runs; gcc). Needs valgrind. Prints per mode the instructions per call and
+the difference to off, and the recorder's allocations over all calls.
+benchmarks/record.py measures the time of whole calls.
 """
 
 from __future__ import annotations
@@ -63,10 +65,30 @@ def annotate(path):
     return total, allocs
 
 
+def recorder_ns(runs=600, calls=20000):
+    """benchmarks/record_ns.c built with the core's flags and run: the
+    recorder's own ns a call (the fastest of many runs)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(here)
+    import jax.ffi  # the FFI header's directory: only for this build
+    with tempfile.TemporaryDirectory() as d:
+        exe = os.path.join(d, "record_ns")
+        subprocess.run(["gcc", "-std=c11", "-O2", "-I",
+                        os.path.join(root, "csrc"), "-I",
+                        jax.ffi.include_dir(), "-DJAXMPI_ABI_MPICH=1",
+                        os.path.join(here, "record_ns.c"),
+                        os.path.join(root, "csrc", "record.c"), "-lpthread",
+                        "-o", exe], check=True)
+        return subprocess.run([exe, str(runs), str(calls)], check=True,
+                              capture_output=True, text=True).stdout.strip()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=5000)
     args = ap.parse_args()
+    print("# benchmarks/record_ns.c: jm_record_begin/end alone")
+    print(recorder_ns())
     if not shutil.which("valgrind"):
         sys.exit("valgrind is not installed (apt-get install valgrind)")
     with tempfile.TemporaryDirectory() as d:

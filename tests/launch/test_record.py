@@ -226,12 +226,13 @@ def test_trace_spans_nest_and_join_starts_to_waits(traced):
 def test_trace_clocks_are_aligned(traced):
     # No rank leaves a barrier or an allreduce before every rank entered
     # it: with the clocks aligned, the latest entry precedes the earliest
-    # exit, up to the alignment's error. The skew (0.3 s a rank) would
-    # break this by far.
+    # exit, up to the alignment's error (and 0.5 ms for the counter's
+    # conversion, whose reference clock NTP may slew). The skew (0.3 s a
+    # rank) would break this by far.
     _, trace, _ = traced
     errors = [m["clock_error_ns"] / 1e3
               for m in trace["otherData"]["ranks"].values()]
-    slack = 2 * max(errors) + 20.0
+    slack = 2 * max(errors) + 500.0
     per_rank = [[c for c in spans(trace, r) if c["name"] in ("barrier",
                                                              "allreduce")]
                 for r in range(3)]
