@@ -288,19 +288,12 @@ static void report_field(const jm_sig *all, int size, int f, char *out,
   free(count);
 }
 
-/* The array a rank contributes: the result for scatter (the root's input is
- * the whole table), the input otherwise; none for barrier. iscatter's and
- * iscatterv's block is their last result (the root's results are [handle,
- * table, block], elsewhere [handle, block]: request.c). */
+/* The array a rank contributes, as the op's row says (ops.h): its input,
+ * or its last result (scatter's block; a start's results are its handle and
+ * buffers, the block last); none for barrier. */
 static const jm_buffer *payload(const jm_call *c, const jm_op_desc *desc) {
-  if ((desc->id == JM_OP_scatter || desc->id == JM_OP_scatterv) &&
-      desc->nrets > 0)
-    return &c->ret[0];
-  if ((desc->id == JM_OP_iscatter || desc->id == JM_OP_iscatterv) &&
-      c->nrets > 1)
-    return &c->ret[c->nrets - 1];
-  if (desc->nargs > 0) return &c->arg[0];
-  return NULL;
+  if (desc->payload == JM_OUT) return c->nrets ? &c->ret[c->nrets - 1] : NULL;
+  return c->nargs ? &c->arg[0] : NULL;
 }
 
 static XLA_FFI_Error *exchange(jm_call *c, const jm_op_desc *desc,

@@ -130,16 +130,20 @@ typedef struct jm_table_row {
   const char *name;
   int nargs, nrets;
   unsigned templates, attrs;
-  int start; /* 1 for a non-blocking start */
+  int kind; /* JM_BLOCKING, JM_START or JM_WAIT */
 } jm_table_row;
 
-#define JM_ROW(name, nargs, nrets, templates, attrs)                           \
-  {#name, nargs, nrets, templates, attrs, 0},
-#define JM_IROW(name, nargs, nrets, templates, attrs)                          \
-  {#name, nargs, nrets, templates, attrs, 1},
-static const jm_table_row table[] = {JM_OPS(JM_ROW) JM_IOPS(JM_IROW)};
+#define JM_ROW(kind, name, nargs, nrets, templates, payload, attrs)           \
+  {#name, nargs, nrets, templates, attrs, kind},
+#define JM_BLOCKING_ROW(...) JM_ROW(JM_BLOCKING, __VA_ARGS__)
+#define JM_START_ROW(...) JM_ROW(JM_START, __VA_ARGS__)
+#define JM_WAIT_ROW(...) JM_ROW(JM_WAIT, __VA_ARGS__)
+static const jm_table_row table[] = {
+    JM_OPS(JM_BLOCKING_ROW) JM_IOPS(JM_START_ROW) JM_WAITS(JM_WAIT_ROW)};
 #undef JM_ROW
-#undef JM_IROW
+#undef JM_BLOCKING_ROW
+#undef JM_START_ROW
+#undef JM_WAIT_ROW
 
 #define JM_ATTR_ROW(name, type) {#name, JM_ATTR_IS_##type},
 #define JM_ATTR_IS_SCALAR 0
@@ -150,16 +154,17 @@ static const struct {
 } attr_table[] = {JM_ATTRS(JM_ATTR_ROW)};
 #undef JM_ATTR_ROW
 
-/* Row i of the op table (ops.h, blocking ops then starts); -1 past its end. */
+/* Row i of the op table (ops.h: blocking ops, starts, the wait); -1 past its
+ * end. */
 int jaxmpi_op_row(int i, const char **name, int *nargs, int *nrets,
-                  unsigned *templates, unsigned *attrs, int *start) {
+                  unsigned *templates, unsigned *attrs, int *kind) {
   if (i < 0 || i >= JM_NOPS) return -1;
   *name = table[i].name;
   *nargs = table[i].nargs;
   *nrets = table[i].nrets;
   *templates = table[i].templates;
   *attrs = table[i].attrs;
-  *start = table[i].start;
+  *kind = table[i].kind;
   return 0;
 }
 

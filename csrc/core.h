@@ -70,7 +70,7 @@ JM_EXPORT double jaxmpi_get_timeout(void);
 
 /* The op table and constants, for Python's agreement check at import. */
 JM_EXPORT int jaxmpi_op_row(int i, const char **name, int *nargs, int *nrets,
-                            unsigned *templates, unsigned *attrs, int *start);
+                            unsigned *templates, unsigned *attrs, int *kind);
 JM_EXPORT int jaxmpi_attr_row(int i, const char **name, int *is_array);
 JM_EXPORT int jaxmpi_max_buffers(void);
 JM_EXPORT int jaxmpi_ndtypes(void);

@@ -218,10 +218,16 @@ XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
 
 /* ---- debug log ---------------------------------------------------------- */
 
-/* "float32[4,5]" of a call's first array, "" when it has none. */
+/* "float32[4,5]" of a call's first array, "" when it has none; a wait's,
+ * " of <start> (call #n)". */
 static void describe_payload(const jm_call *c, char *out, size_t len) {
   const jm_buffer *b = c->nargs ? &c->arg[0] : c->nrets ? &c->ret[0] : NULL;
   out[0] = '\0';
+  if (c->of) {
+    snprintf(out, len, " of %s (call #%lld)", c->of->opname,
+             (long long)c->of->callno);
+    return;
+  }
   if (!b) return;
   size_t n = (size_t)snprintf(out, len, " %s[", dtype_name(b->dtype));
   for (int64_t d = 0; d < b->ndim && n < len; d++)
@@ -245,7 +251,10 @@ void jm_log_call(const jm_call *c, const XLA_FFI_Error *err, double t0,
   } else {
     fprintf(stderr, "jaxmpi r%d/%d | call #%lld %s%s | %s after %.2f us\n",
             c->rank, c->size, (long long)c->callno, c->opname, at,
-            err ? "failed" : "done", (jm_mpi.Wtime() - t0) * 1e6);
+            err                                ? "failed"
+            : c->frame && c->frame->future ? "pending (an asynchronous wait)"
+                                           : "done",
+            (jm_mpi.Wtime() - t0) * 1e6);
   }
   fflush(stderr);
 }
@@ -604,9 +613,11 @@ XLA_FFI_Error *jm_decode(XLA_FFI_CallFrame *frame, const jm_op_desc *desc,
                                    k ? &c->ndests : &c->nsources)))
       return err;
   }
+  /* An op without a communicator (the wait) takes its request's, which its
+   * kind's bind step finds (handlers.c). */
+  if (!(desc->attrs & JM_A(comm))) return NULL;
   int rc = jm_mpi.Comm_rank(c->comm, &c->rank);
   if (rc == 0) rc = jm_mpi.Comm_size(c->comm, &c->size);
   if (rc != 0) return jm_mpi_failure(c, "MPI_Comm_rank", NULL, 0, rc);
-  if ((err = check_rows(c))) return err;
-  return NULL;
+  return check_rows(c);
 }

@@ -63,9 +63,13 @@ typedef struct jm_call {
    * its position pairs) instead of comm. */
   int position, ndevices, paired;
   void *stream;    /* XLA's CUDA stream of this call (GPU handlers only) */
-  void *req;       /* a start's request once made (request.c) */
+  void *req;       /* a start's request once made, a wait's once found
+                     (request.c) */
+  /* A wait: the call of the start it completes (the request's copy: valid
+   * until the wait's body completes the request, which frees it). */
+  const struct jm_call *of;
   jm_record_ref rec; /* the flight recorder's entry (record.h): a wait's
-                        once the wait began (request.c) */
+                        once its request is found (wait.c) */
   /* The arrays: only the entries decoded are set (nargs, nrets, nsources,
    * ndests; the pairs' communicators where `paired`). jm_decode zeroes the
    * fields above only: zeroing these 3.8 KB too was about a tenth of a
@@ -103,15 +107,27 @@ enum { JM_DEBUG_LOG = 1, JM_DEBUG_TRACE = 2 };
 extern jm_config jm_cfg;
 
 typedef XLA_FFI_Error *jm_op_fn(jm_call *c);
+typedef struct jm_op_desc jm_op_desc;
+/* How a decoded call whose buffers are GPU memory runs (cuda_staging.c's
+ * jm_cuda_run for a blocking op, the starts' and the wait's own). */
+typedef XLA_FFI_Error *jm_gpu_fn(jm_call *c, const jm_op_desc *desc);
+/* What decoding a call of this kind adds after jm_decode (the wait: the
+ * request it completes), or NULL. */
+typedef XLA_FFI_Error *jm_bind_fn(jm_call *c, int on_gpu);
 
-typedef struct jm_op_desc {
-  int id; /* JM_OP_<name> (ops.h) */
+/* One row of ops.h, as the handlers see it (handlers.c makes one per row). */
+struct jm_op_desc {
+  int id;   /* JM_OP_<name> (ops.h) */
+  int kind; /* JM_BLOCKING, JM_START or JM_WAIT */
   const char *name;
   int nargs, nrets;
   unsigned templates; /* bit i: argument i is a template, never read */
+  int payload;        /* JM_IN or JM_OUT */
   unsigned attrs;
-  jm_op_fn *run;
-} jm_op_desc;
+  jm_op_fn *run;      /* the body, on host (or CUDA-aware device) buffers */
+  jm_gpu_fn *gpu;
+  jm_bind_fn *bind;
+};
 
 /* Fill *c from the frame: buffers (skipping the token), attributes, the
  * device's position and communicator where the program runs over several
@@ -158,10 +174,11 @@ void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
                                  __VA_ARGS__);                                 \
   } while (0)
 
-#define JM_DECLARE_OP(name, nargs, nrets, templates, attrs)                    \
+#define JM_DECLARE_OP(name, nargs, nrets, templates, payload, attrs)           \
   jm_op_fn jm_run_##name;
 JM_OPS(JM_DECLARE_OP)
 JM_IOPS(JM_DECLARE_OP)
+JM_WAITS(JM_DECLARE_OP)
 #undef JM_DECLARE_OP
 
 

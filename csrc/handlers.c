@@ -1,8 +1,10 @@
-/* The top of the C core: the exported FFI handler of every op in ops.h
- * (generated from the table), and what each does: decode the frame
- * (ffi.c), check the call across ranks (check.c), run the op body
- * (collectives.c, p2p.c, request.c) on the host or through the GPU
- * staging (cuda_staging.c), log. No other file calls into this one. */
+/* The top of the C core: the exported FFI handler of every row of ops.h
+ * (generated from the table: the blocking ops, the starts and the wait),
+ * and the one path every call takes (dispatch): decode the frame (ffi.c;
+ * the wait also finds its request, wait.c), check the call across ranks
+ * (check.c), run the op body (collectives.c, p2p.c, starts.c, wait.c) on
+ * the host or for GPU buffers (cuda_staging.c, request_gpu.c), log. No
+ * other file calls into this one. */
 #include <stdatomic.h>
 #include <stdio.h>
 
@@ -16,23 +18,29 @@
 /* jaxmpi calls executed by this process (named in watchdog reports). */
 static _Atomic int64_t calls_made;
 
-/* How a decoded call runs: on the host, or for GPU buffers (a blocking
- * op's body staged, or a start's). */
-typedef XLA_FFI_Error *jm_runner(jm_call *c, const jm_op_desc *desc);
-
-static XLA_FFI_Error *run_host(jm_call *c, const jm_op_desc *desc) {
-  return desc->run(c);
+/* Whether a call is compared across ranks before it runs: the collectives.
+ * Point-to-point ops check what they receive instead (p2p.c, starts.c);
+ * the wait has no communicator of its own. */
+static int checked(const jm_op_desc *desc) {
+  return (desc->attrs & JM_A(comm)) &&
+         !(desc->attrs &
+           (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests)));
 }
 
+/* Every call of every op, blocking, start or wait, on either platform, comes
+ * here: the one place that sees each call decoded (its op, communicator,
+ * device position, peers, buffers, call site and number) before and after
+ * it runs. */
 static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
-                               const jm_op_desc *desc, jm_runner *run) {
+                               const jm_op_desc *desc, int on_gpu) {
   if (jm_answer_metadata_query(frame)) return NULL;
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   jm_call c;
   const int64_t callno =
       atomic_fetch_add_explicit(&calls_made, 1, memory_order_relaxed) + 1;
-  XLA_FFI_Error *err = jm_decode(frame, desc, &c, run != run_host);
+  XLA_FFI_Error *err = jm_decode(frame, desc, &c, on_gpu);
   c.callno = callno;
+  if (!err && desc->bind) err = desc->bind(&c, on_gpu);
   if (err) return err;
   /* The flight recorder's entry (record.h), ended when the call returns. */
   c.rec = jm_record_op(&c, desc);
@@ -41,40 +49,34 @@ static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
     t0 = jm_mpi.Wtime();
     jm_log_call(&c, NULL, t0, 1);
   }
-  /* Point-to-point ops check what they receive instead (p2p.c). */
-  err = NULL;
   const int mode = jm_check_mode();
-  if (mode &&
-      !(desc->attrs &
-        (JM_A(source) | JM_A(dest) | JM_A(sources) | JM_A(dests))))
-    err = jm_check_collective(&c, desc, mode);
-  if (!err) err = run(&c, desc);
+  if (mode && checked(desc)) err = jm_check_collective(&c, desc, mode);
+  if (!err) err = on_gpu ? desc->gpu(&c, desc) : desc->run(&c);
   jm_record_end(c.rec, err ? JM_REC_FAILED : JM_REC_DONE);
   if (jm_cfg.debug & JM_DEBUG_LOG) jm_log_call(&c, err, t0, 0);
   return err;
 }
 
 XLA_FFI_Error *jm_dispatch(XLA_FFI_CallFrame *frame, const jm_op_desc *desc) {
-  return dispatch(frame, desc, run_host);
+  return dispatch(frame, desc, 0);
 }
 
 XLA_FFI_Error *jm_dispatch_cuda(XLA_FFI_CallFrame *frame,
                                 const jm_op_desc *desc) {
-  return dispatch(frame, desc, jm_cuda_run);
-}
-
-XLA_FFI_Error *jm_dispatch_cuda_start(XLA_FFI_CallFrame *frame,
-                                      const jm_op_desc *desc) {
-  return dispatch(frame, desc, jm_cuda_istart);
+  return dispatch(frame, desc, 1);
 }
 
 /* ---- exported handlers -------------------------------------------------- */
 
-/* Two per op: jaxmpi_ffi_<op> for XLA:CPU, jaxmpi_ffi_<op>_cuda for XLA:GPU
- * (the same decoding and op body; cuda_staging.c moves the data). */
-#define JM_DEFINE_HANDLER(name, nargs, nrets, templates, attrs)                \
-  static const jm_op_desc jm_desc_##name = {                                  \
-      JM_OP_##name, #name, nargs, nrets, templates, attrs, jm_run_##name};    \
+/* Two per row: jaxmpi_ffi_<op> for XLA:CPU, jaxmpi_ffi_<op>_cuda for XLA:GPU
+ * (the same decoding and op body; `gpu` runs it for GPU buffers: a blocking
+ * op's body staged, a start's into staging its request owns, the wait's
+ * copies back), and the row's descriptor. */
+#define JM_DEFINE_HANDLER(kind, gpu, bind, name, nargs, nrets, templates,      \
+                          payload, attrs)                                      \
+  static const jm_op_desc jm_desc_##name = {                                   \
+      JM_OP_##name, kind,  #name,         nargs, nrets, templates, payload,    \
+      attrs,        jm_run_##name,  gpu,  bind};                               \
   __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
       XLA_FFI_CallFrame *frame) {                                              \
     return jm_dispatch(frame, &jm_desc_##name);                                \
@@ -83,24 +85,19 @@ XLA_FFI_Error *jm_dispatch_cuda_start(XLA_FFI_CallFrame *frame,
       *jaxmpi_ffi_##name##_cuda(XLA_FFI_CallFrame *frame) {                    \
     return jm_dispatch_cuda(frame, &jm_desc_##name);                           \
   }
-JM_OPS(JM_DEFINE_HANDLER)
+#define JM_BLOCKING_ROW(...)                                                   \
+  JM_DEFINE_HANDLER(JM_BLOCKING, jm_cuda_run, NULL, __VA_ARGS__)
+#define JM_START_ROW(...)                                                      \
+  JM_DEFINE_HANDLER(JM_START, jm_cuda_istart, NULL, __VA_ARGS__)
+#define JM_WAIT_ROW(...)                                                       \
+  JM_DEFINE_HANDLER(JM_WAIT, jm_cuda_wait, jm_wait_bind, __VA_ARGS__)
+JM_OPS(JM_BLOCKING_ROW)
+JM_IOPS(JM_START_ROW)
+JM_WAITS(JM_WAIT_ROW)
+#undef JM_BLOCKING_ROW
+#undef JM_START_ROW
+#undef JM_WAIT_ROW
 #undef JM_DEFINE_HANDLER
-
-/* Non-blocking starts, likewise two each: the CUDA one stages into pinned
- * memory that the request owns until its wait (request.c). */
-#define JM_DEFINE_START_HANDLER(name, nargs, nrets, templates, attrs)          \
-  static const jm_op_desc jm_desc_##name = {                                  \
-      JM_OP_##name, #name, nargs, nrets, templates, attrs, jm_run_##name};    \
-  __attribute__((visibility("default"))) XLA_FFI_Error *jaxmpi_ffi_##name(     \
-      XLA_FFI_CallFrame *frame) {                                              \
-    return jm_dispatch(frame, &jm_desc_##name);                                \
-  }                                                                            \
-  __attribute__((visibility("default"))) XLA_FFI_Error                         \
-      *jaxmpi_ffi_##name##_cuda(XLA_FFI_CallFrame *frame) {                    \
-    return jm_dispatch_cuda_start(frame, &jm_desc_##name);                     \
-  }
-JM_IOPS(JM_DEFINE_START_HANDLER)
-#undef JM_DEFINE_START_HANDLER
 
 /* ---- eager calls ---------------------------------------------------------- */
 
@@ -108,9 +105,10 @@ JM_IOPS(JM_DEFINE_START_HANDLER)
  * direct path of _eager.py): the same count, digest and comparison as the
  * handler's, so that a rank calling eagerly and one running the compiled
  * op check the same calls with the same signatures. `op` is JM_OP_<name> of
- * a blocking collective, `x` its array argument's XLA type and shape.
+ * a blocking collective, `x` its payload's XLA type and shape (ops.h).
  * Returns 0, or an XLA_FFI_Error_Code with the message in err. */
-#define JM_DESC_PTR(name, nargs, nrets, templates, attrs) &jm_desc_##name,
+#define JM_DESC_PTR(name, nargs, nrets, templates, payload, attrs)             \
+  &jm_desc_##name,
 static const jm_op_desc *const blocking_descs[] = {JM_OPS(JM_DESC_PTR)};
 #undef JM_DESC_PTR
 
@@ -133,13 +131,15 @@ __attribute__((visibility("default"))) int jaxmpi_check_eager(
   c.comm = JM_HANDLE(jm_Comm, comm);
   c.op = JM_HANDLE(jm_Op, redop);
   c.root = root;
-  c.nargs = desc->nargs > 0;
-  c.arg[0].dtype = dtype;
-  c.arg[0].elsize = jm_dtypes[dtype].size;
-  c.arg[0].ndim = ndim;
-  c.arg[0].dims = dims;
-  c.arg[0].count = 1;
-  for (int64_t d = 0; d < ndim; d++) c.arg[0].count *= dims[d];
+  jm_buffer *x = desc->payload == JM_OUT ? &c.ret[0] : &c.arg[0];
+  *(desc->payload == JM_OUT ? &c.nrets : &c.nargs) =
+      (desc->payload == JM_OUT ? desc->nrets : desc->nargs) != 0;
+  x->dtype = dtype;
+  x->elsize = jm_dtypes[dtype].size;
+  x->ndim = ndim;
+  x->dims = dims;
+  x->count = 1;
+  for (int64_t d = 0; d < ndim; d++) x->count *= dims[d];
   int rc = jm_mpi.Comm_rank(c.comm, &c.rank);
   if (rc == 0) rc = jm_mpi.Comm_size(c.comm, &c.size);
   XLA_FFI_Error *e =

@@ -476,144 +476,152 @@ static int alltoallw_blocks(const void *s, const int64_t *sc,
   return rc;
 }
 
-/* An array of n zeros but `value` at index `at` (and the zeros for its
- * displacements after it): a rooted op's one send or receive for
- * alltoallw_blocks. */
-static int64_t *one_block(int n, int at, int64_t value) {
-  int64_t *a = calloc((size_t)n * 2, sizeof(int64_t));
-  if (a) a[at] = value;
-  return a;
+/* A variable-count collective, in elements of t: each side's counts and
+ * displacements (v[0], v[1] the send side's, v[2], v[3] the receive
+ * side's; NULL where the call takes none here: a non-root's of a rooted
+ * op), or the one count of a side that moves one block (sn, rn). */
+enum { JM_V_ALLGATHER, JM_V_GATHER, JM_V_SCATTER, JM_V_ALLTOALL };
+typedef struct jm_vcall {
+  int kind;
+  const void *s;
+  void *r;
+  int64_t sn, rn;
+  const int64_t *v[4];
+  int size, root;
+  jm_Datatype t;
+  jm_Comm comm;
+} jm_vcall;
+
+/* MPI's `call`(args), or, with the watchdog on (q), its nonblocking
+ * variant `icall`(args, q) completed by it. */
+#define JM_WATCHED(q, icall, call, ...)                                        \
+  ((q) ? finish(jm_mpi.icall(__VA_ARGS__, (q)), (q), NULL, 0)                  \
+       : jm_mpi.call(__VA_ARGS__))
+
+/* The plain call: every count and displacement an int. */
+static int v_plain(const jm_vcall *c) {
+  const int watched = jm_watchdog_on(), n = c->size;
+  jm_ints b;
+  int *ip = ints_get(&b, 4 * n, watched);
+  if (!ip) return JM_ERR_NOMEM;
+  const int *i[4];
+  for (int k = 0; k < 4; k++) i[k] = to_ints(ip + k * n, c->v[k], n);
+  const int sn = (int)c->sn, rn = (int)c->rn;
+  jm_Request rq, *q = watched ? &rq : NULL;
+  int rc;
+  switch (c->kind) {
+    case JM_V_ALLGATHER:
+      rc = JM_WATCHED(q, Iallgatherv, Allgatherv, c->s, sn, c->t, c->r, i[2],
+                      i[3], c->t, c->comm);
+      break;
+    case JM_V_GATHER:
+      rc = JM_WATCHED(q, Igatherv, Gatherv, c->s, sn, c->t, c->r, i[2], i[3],
+                      c->t, c->root, c->comm);
+      break;
+    case JM_V_SCATTER:
+      rc = JM_WATCHED(q, Iscatterv, Scatterv, c->s, i[0], i[1], c->t, c->r, rn,
+                      c->t, c->root, c->comm);
+      break;
+    default:
+      rc = JM_WATCHED(q, Ialltoallv, Alltoallv, c->s, i[0], i[1], c->t, c->r,
+                      i[2], i[3], c->t, c->comm);
+  }
+  ints_put(&b, rc);
+  return rc;
+}
+
+/* Whether the library has the MPI-4 large-count form of the call. */
+static int v_has_c(const jm_vcall *c) {
+  switch (c->kind) {
+    case JM_V_ALLGATHER: return use_c(jm_mpi.Allgatherv_c);
+    case JM_V_GATHER: return use_c(jm_mpi.Gatherv_c);
+    case JM_V_SCATTER: return use_c(jm_mpi.Scatterv_c);
+    default: return use_c(jm_mpi.Alltoallv_c);
+  }
+}
+
+/* The MPI-4 call: counts as MPI_Count, displacements as MPI_Aint. */
+static int v_large(const jm_vcall *c) {
+  int rc = 0;
+  jm_Aint *sd = to_aints(c->v[1], c->size, &rc), *rd = NULL;
+  if (!rc) rd = to_aints(c->v[3], c->size, &rc);
+  if (rc) {
+    free(sd);
+    return rc;
+  }
+  switch (c->kind) {
+    case JM_V_ALLGATHER:
+      rc = jm_mpi.Allgatherv_c(c->s, c->sn, c->t, c->r, c->v[2], rd, c->t,
+                               c->comm);
+      break;
+    case JM_V_GATHER:
+      rc = jm_mpi.Gatherv_c(c->s, c->sn, c->t, c->r, c->v[2], rd, c->t,
+                            c->root, c->comm);
+      break;
+    case JM_V_SCATTER:
+      rc = jm_mpi.Scatterv_c(c->s, c->v[0], sd, c->t, c->r, c->rn, c->t,
+                             c->root, c->comm);
+      break;
+    default:
+      rc = jm_mpi.Alltoallv_c(c->s, c->v[0], sd, c->t, c->r, c->v[2], rd,
+                              c->t, c->comm);
+  }
+  free(sd);
+  free(rd);
+  return rc;
+}
+
+/* allgatherv, gatherv and scatterv choose their path from the counts every
+ * rank has (`fit`: all within the limit), so all ranks make the same call:
+ * plain, the MPI-4 call, or MPI_Alltoallw with one block type per peer (the
+ * side that moves one block has it for the root, or for every rank:
+ * allgatherv). */
+static int v_choose(const jm_vcall *c, int fit, size_t elsize) {
+  if (fit) return v_plain(c);
+  if (v_has_c(c)) return v_large(c);
+  const int n = c->size, scatter = c->kind == JM_V_SCATTER;
+  int64_t *one = calloc((size_t)n * 2, sizeof(int64_t)); /* displs: 0 */
+  if (!one) return JM_ERR_NOMEM;
+  for (int i = 0; i < n; i++)
+    if (c->kind == JM_V_ALLGATHER || i == c->root)
+      one[i] = scatter ? c->rn : c->sn;
+  const int rc =
+      scatter ? alltoallw_blocks(c->s, c->v[0], c->v[1], c->r, one, one + n,
+                                 n, elsize, c->t, c->comm)
+              : alltoallw_blocks(c->s, one, one + n, c->r, c->v[2], c->v[3],
+                                 n, elsize, c->t, c->comm);
+  free(one);
+  return rc;
 }
 
 int jm_Allgatherv(const void *s, int64_t sn, void *r, const int64_t *rcounts,
                   const int64_t *rdispls, int size, size_t elsize,
                   jm_Datatype t, jm_Comm comm) {
-  int rc = 0;
-  if (fits(sn) && all_fit(size, rcounts, rdispls)) {
-    const int watched = jm_watchdog_on();
-    jm_ints b;
-    int *ip = ints_get(&b, 2 * size, watched);
-    if (!ip) return JM_ERR_NOMEM;
-    const int *rcn = to_ints(ip, rcounts, size),
-              *rds = to_ints(ip + size, rdispls, size);
-    jm_Request rq;
-    rc = watched ? finish(jm_mpi.Iallgatherv(
-                              s, (int)sn, t, r, rcn, rds, t, comm, &rq),
-                          &rq, NULL, 0)
-                 : jm_mpi.Allgatherv(s, (int)sn, t, r, rcn, rds, t, comm);
-    ints_put(&b, rc);
-    return rc;
-  }
-  if (use_c(jm_mpi.Allgatherv_c)) {
-    jm_Aint *d = to_aints(rdispls, size, &rc);
-    if (rc) return rc;
-    rc = jm_mpi.Allgatherv_c(s, sn, t, r, rcounts, d, t, comm);
-    free(d);
-    return rc;
-  }
-  int64_t *sc = calloc((size_t)size * 2, sizeof(int64_t));
-  if (!sc) return JM_ERR_NOMEM;
-  for (int i = 0; i < size; i++) sc[i] = sn;
-  rc = alltoallw_blocks(s, sc, sc + size, r, rcounts, rdispls, size, elsize, t,
-                        comm);
-  free(sc);
-  return rc;
+  const jm_vcall c = {JM_V_ALLGATHER, s, r, sn, 0,
+                      {NULL, NULL, rcounts, rdispls}, size, 0, t, comm};
+  return v_choose(&c, fits(sn) && all_fit(size, rcounts, rdispls), elsize);
 }
 
+/* MPI reads the counts and displacements on the root only; every rank has
+ * them (the same everywhere) and chooses the path from them. */
 int jm_Gatherv(const void *s, int64_t sn, void *r, const int64_t *counts,
                const int64_t *displs, int is_root, int size, size_t elsize,
                jm_Datatype t, int root, jm_Comm comm) {
-  /* The path is chosen from the counts of every rank (the same everywhere):
-   * all ranks make the same call. MPI reads the arrays on the root only. */
-  const int64_t *rcounts = is_root ? counts : NULL,
-                *rdispls = is_root ? displs : NULL;
-  int rc = 0;
-  if (all_fit(size, counts, displs)) {
-    const int watched = jm_watchdog_on();
-    jm_ints b;
-    int *ip = ints_get(&b, 2 * size, watched);
-    if (!ip) return JM_ERR_NOMEM;
-    const int *rcn = to_ints(ip, rcounts, size),
-              *rds = to_ints(ip + size, rdispls, size);
-    jm_Request rq;
-    rc = watched ? finish(jm_mpi.Igatherv(
-                              s, (int)sn, t, r, rcn, rds, t, root, comm, &rq),
-                          &rq, NULL, 0)
-                 : jm_mpi.Gatherv(s, (int)sn, t, r, rcn, rds, t, root, comm);
-    ints_put(&b, rc);
-    return rc;
-  }
-  if (use_c(jm_mpi.Gatherv_c)) {
-    jm_Aint *d = to_aints(rdispls, size, &rc);
-    if (rc) return rc;
-    rc = jm_mpi.Gatherv_c(s, sn, t, r, rcounts, d, t, root, comm);
-    free(d);
-    return rc;
-  }
-  int64_t *sc = one_block(size, root, sn);
-  if (!sc) return JM_ERR_NOMEM;
-  rc = alltoallw_blocks(s, sc, sc + size, r, rcounts, rdispls, size, elsize, t,
-                        comm);
-  free(sc);
-  return rc;
+  const jm_vcall c = {JM_V_GATHER, s, r, sn, 0,
+                      {NULL, NULL, is_root ? counts : NULL,
+                       is_root ? displs : NULL},
+                      size, root, t, comm};
+  return v_choose(&c, all_fit(size, counts, displs), elsize);
 }
 
 int jm_Scatterv(const void *s, const int64_t *counts, const int64_t *displs,
                 int is_root, void *r, int64_t rn, int size, size_t elsize,
                 jm_Datatype t, int root, jm_Comm comm) {
-  const int64_t *scounts = is_root ? counts : NULL,
-                *sdispls = is_root ? displs : NULL;
-  int rc = 0;
-  if (all_fit(size, counts, displs)) {
-    const int watched = jm_watchdog_on();
-    jm_ints b;
-    int *ip = ints_get(&b, 2 * size, watched);
-    if (!ip) return JM_ERR_NOMEM;
-    const int *scn = to_ints(ip, scounts, size),
-              *sds = to_ints(ip + size, sdispls, size);
-    jm_Request rq;
-    rc = watched ? finish(jm_mpi.Iscatterv(
-                              s, scn, sds, t, r, (int)rn, t, root, comm, &rq),
-                          &rq, NULL, 0)
-                 : jm_mpi.Scatterv(s, scn, sds, t, r, (int)rn, t, root, comm);
-    ints_put(&b, rc);
-    return rc;
-  }
-  if (use_c(jm_mpi.Scatterv_c)) {
-    jm_Aint *d = to_aints(sdispls, size, &rc);
-    if (rc) return rc;
-    rc = jm_mpi.Scatterv_c(s, scounts, d, t, r, rn, t, root, comm);
-    free(d);
-    return rc;
-  }
-  int64_t *rc_ = one_block(size, root, rn);
-  if (!rc_) return JM_ERR_NOMEM;
-  rc = alltoallw_blocks(s, scounts, sdispls, r, rc_, rc_ + size, size, elsize,
-                        t, comm);
-  free(rc_);
-  return rc;
-}
-
-static int alltoallv_plain(const void *s, const int64_t *scounts,
-                           const int64_t *sdispls, void *r,
-                           const int64_t *rcounts, const int64_t *rdispls,
-                           int size, jm_Datatype t, jm_Comm comm) {
-  const int watched = jm_watchdog_on();
-  jm_ints b;
-  int rc;
-  int *ip = ints_get(&b, 4 * size, watched);
-  if (!ip) return JM_ERR_NOMEM;
-  const int *scn = to_ints(ip, scounts, size),
-            *sds = to_ints(ip + size, sdispls, size),
-            *rcn = to_ints(ip + 2 * size, rcounts, size),
-            *rds = to_ints(ip + 3 * size, rdispls, size);
-  jm_Request rq;
-  rc = watched ? finish(jm_mpi.Ialltoallv(
-                            s, scn, sds, t, r, rcn, rds, t, comm, &rq),
-                        &rq, NULL, 0)
-               : jm_mpi.Alltoallv(s, scn, sds, t, r, rcn, rds, t, comm);
-  ints_put(&b, rc);
-  return rc;
+  const jm_vcall c = {JM_V_SCATTER, s, r, 0, rn,
+                      {is_root ? counts : NULL, is_root ? displs : NULL, NULL,
+                       NULL},
+                      size, root, t, comm};
+  return v_choose(&c, all_fit(size, counts, displs), elsize);
 }
 
 /* Counts and displacements in units of `row` elements (they are whole
@@ -632,42 +640,31 @@ int jm_Alltoallv(const void *s, const int64_t *scounts,
    * choice below is MPI_Alltoallv with the same type signature per pair
    * (elements of t, or rows of them), which MPI lets ranks mix; the MPI-4
    * call is the same collective in its large-count form. */
+  jm_vcall c = {JM_V_ALLTOALL, s, r, 0, 0,
+                {scounts, sdispls, rcounts, rdispls}, size, 0, t, comm};
   if (all_fit(size, scounts, sdispls) && all_fit(size, rcounts, rdispls))
-    return alltoallv_plain(s, scounts, sdispls, r, rcounts, rdispls, size, t,
-                           comm);
+    return v_plain(&c);
   int rc = 0;
   if (row > 1) {
     int64_t *v = malloc(sizeof(int64_t) * 4 * (size_t)size);
     if (!v) return JM_ERR_NOMEM;
-    const int64_t *const src[4] = {scounts, sdispls, rcounts, rdispls};
-    in_rows(v, src, size, row);
+    in_rows(v, c.v, size, row);
     if (all_fit(size, v, v + size) && all_fit(size, v + 2 * size, v + 3 * size)) {
-      jm_Datatype rowtype;
-      rc = fits(row) ? jm_mpi.Type_contiguous((int)row, t, &rowtype)
-                     : make_big(row, elsize, t, &rowtype);
-      if (!rc && fits(row)) rc = jm_mpi.Type_commit(&rowtype);
+      jm_vcall rows = {JM_V_ALLTOALL, s, r, 0, 0,
+                       {v, v + size, v + 2 * size, v + 3 * size}, size, 0, t,
+                       comm};
+      rc = fits(row) ? jm_mpi.Type_contiguous((int)row, t, &rows.t)
+                     : make_big(row, elsize, t, &rows.t);
+      if (!rc && fits(row)) rc = jm_mpi.Type_commit(&rows.t);
       if (!rc) {
-        rc = alltoallv_plain(s, v, v + size, r, v + 2 * size, v + 3 * size,
-                             size, rowtype, comm);
-        jm_mpi.Type_free(&rowtype);
+        rc = v_plain(&rows);
+        jm_mpi.Type_free(&rows.t);
       }
       free(v);
       return rc;
     }
     free(v);
   }
-  if (use_c(jm_mpi.Alltoallv_c)) {
-    jm_Aint *sd = to_aints(sdispls, size, &rc);
-    if (rc) return rc;
-    jm_Aint *rd = to_aints(rdispls, size, &rc);
-    if (rc) {
-      free(sd);
-      return rc;
-    }
-    rc = jm_mpi.Alltoallv_c(s, scounts, sd, t, r, rcounts, rd, t, comm);
-    free(sd);
-    free(rd);
-    return rc;
-  }
+  if (v_has_c(&c)) return v_large(&c);
   return JM_ERR_COUNT;
 }

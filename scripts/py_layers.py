@@ -29,27 +29,26 @@ NAME = "jaxmpi"
 
 # Bottom first: (floor, modules). A module may import any module of a lower
 # line, none of its own line or above. The floors are docs/design.md's,
-# split into lines (6.0 to 6.4, ...) where modules of one floor use each
+# split into lines (6.0 to 6.3, ...) where modules of one floor use each
 # other.
 LAYERS = [
-    ("0", ["_version", "_jax_compat", "_dtypes",    # facts;
+    ("0", ["_version", "_jax_compat", "_dtypes", "_cache",  # facts, caches;
            "_commands"]),                           # the file readers' start
     ("1", ["_errors", "_faults"]),                  # errors
     ("2", ["_core", "_threads"]),                   # the C core, one thread
     ("2.1", ["_recorder"]),                         # flight recorder, trace
-    ("3.0", ["_effect"]),                           # the ordered effect
+    ("3.0", ["_effect"]),                           # the ordered effect, mesh
     ("3.1", ["_devices"]),                          # communicators per device
     ("3.2", ["_validate"]),                         # argument checks
     ("4", ["_region", "_sharded"]),                 # jaxmpi.jit, sharded eager
     ("5", ["_eager", "_pytree"]),                   # eager calls, pytrees
     ("6.0", ["_registry"]),                         # Python's ops.h
-    ("6.1", ["_requests"]),                         # Request, wait_p
-    ("6.2", ["_define"]),                           # the definers
+    ("6.1", ["_requests"]),                         # Request, compose
+    ("6.2", ["_primitives"]),                       # definers, wait_p, lowering
     ("6.3", ["_prims_collectives", "_prims_p2p"]),  # primitives per family
-    ("6.4", ["_prims_vcollectives"]),               # (uses allgather_p)
-    ("7.0", ["_steps", "_sharded_requests"]),         # every op; sharded starts
-    ("7.1", ["_collectives", "_vcollectives", "_p2p", "_topology",
-             "_wait"]),                             # public operations
+    ("7.0", ["_dispatch", "_parse"]),               # what every op uses
+    ("7.1", ["_reductions", "_collectives", "_vcollectives", "_p2p",
+             "_topology", "_wait"]),                # public operations
     ("8.0", ["notoken"]),                           # the one list
     ("8.1", ["__init__"]),                          # the token API
     ("8.2", ["experimental", "__main__", "mpi4jax",

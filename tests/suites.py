@@ -20,6 +20,8 @@ with ast, so nothing is imported.
     jax_dependent  those whose outcome depends on Python or JAX (.ci/run:
                    newest, oldest)
     sanitized      those run with the sanitized C core (.ci/run: asan)
+    alone          those that time what they run (benchmark drivers): never
+                   beside another file's jobs (./run, JAXMPI_LAUNCH_WORKERS)
 
     python tests/suites.py SUITE     the suite's file names, comma-separated
 """
@@ -35,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIRECTORY = {"large_count": "tests/mpi", "across_hosts": "tests/mpi",
              "c_core": "tests/mpi", "mpi_errors": "tests/mpi",
              "mpi_dependent": "tests/launch", "jax_dependent": "tests/launch",
-             "sanitized": "tests/launch"}
+             "sanitized": "tests/launch", "alone": "tests/launch"}
 
 
 def suites_of(path: str) -> tuple:

@@ -264,7 +264,7 @@ class Core:
 
     def table(self) -> dict:
         """The C core's op table (csrc/ops.h) and constants: {"ops": {name:
-        (nargs, nrets, attribute names, is_start)}, "attrs": {name:
+        (nargs, nrets, attribute names, kind)}, "attrs": {name:
         is_array}, "max_buffers", "dtype_sizes": {XLA type code: bytes}}."""
         c, lib = ctypes, self.lib
         attrs, i = {}, 0
@@ -274,15 +274,15 @@ class Core:
             i += 1
         names = list(attrs)
         ops, i = {}, 0
-        nargs, nrets, start = c.c_int(), c.c_int(), c.c_int()
+        nargs, nrets, kind = c.c_int(), c.c_int(), c.c_int()
         templates, bits = c.c_uint(), c.c_uint()
         while lib.jaxmpi_op_row(i, c.byref(name), c.byref(nargs), c.byref(nrets),
                                 c.byref(templates), c.byref(bits),
-                                c.byref(start)) == 0:
+                                c.byref(kind)) == 0:
             ops[name.value.decode()] = (
                 nargs.value, nrets.value,
                 tuple(a for k, a in enumerate(names) if bits.value >> k & 1),
-                bool(start.value))
+                KINDS[kind.value])
             i += 1
         return {"ops": ops, "attrs": attrs,
                 "max_buffers": lib.jaxmpi_max_buffers(),
@@ -293,11 +293,12 @@ class Core:
         """Register the FFI targets of the C core's table (checked against
         Python's first: _registry.check_table): each operation's CPU handler
         jaxmpi_ffi_<op> and CUDA handler jaxmpi_ffi_<op>_cuda, the starts'
-        and wait's too (CUDA registrations wait in JAX until a CUDA plugin
-        loads, if ever), and join_token's (one for both platforms)."""
+        and the wait's alike (CUDA registrations wait in JAX until a CUDA
+        plugin loads, if ever), and join_token's (one for both
+        platforms)."""
         table = self.table()
         capsule = lambda symbol: jax.ffi.pycapsule(getattr(self.lib, symbol))
-        for name in [*table["ops"], "wait"]:
+        for name in table["ops"]:
             cpu = f"jaxmpi_ffi_{name}"
             jax.ffi.register_ffi_target(f"jaxmpi_{name}", capsule(cpu),
                                         platform="cpu")
@@ -412,6 +413,10 @@ class Core:
 
 # Cross-rank check modes, in the C core's numbering.
 CHECK_MODES = ("off", "sparse", "all")
+# The kinds of rows of the C core's op table (ops.h: JM_BLOCKING, JM_START,
+# JM_WAIT), in the order of their numbers.
+KINDS = ("blocking", "start", "wait")
+
 # XLA_FFI_Error_Code names, as XLA prefixes a handler's error message.
 _ERROR_CODES = {3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
                 8: "RESOURCE_EXHAUSTED", 9: "FAILED_PRECONDITION",

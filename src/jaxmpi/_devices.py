@@ -41,7 +41,7 @@ from jax import lax
 from mpi4py import MPI
 
 from . import _jax_compat as jc
-from ._effect import wait_for_dispatched
+from ._effect import manual_axes, mesh, wait_for_dispatched
 from ._errors import MPIConfigurationError
 
 _keyval = None
@@ -59,21 +59,18 @@ def manual_mesh(fn: str):
     ``shard_map`` (or over one device), else (axis names, axis sizes).
     Raises where some mesh axes are not manual (a side-effecting call
     cannot be placed by JAX's partitioner)."""
-    mesh = jc.abstract_mesh()
-    if mesh is None or not mesh.axis_names or mesh.size == 1:
+    m = mesh()
+    if m is None or m.size == 1 or not m.manual:
         return None
-    manual = jc.manual_axes(mesh)
-    if not manual:
-        return None
-    if set(manual) != set(mesh.axis_names):
-        auto = [a for a in mesh.axis_names if a not in manual]
+    if not m.all_manual:
+        auto = [a for a in m.names if a not in m.manual]
         raise ValueError(
             f"{fn}: called inside shard_map with mesh axes {auto} left to "
             "JAX's partitioner (axis_names=...): an MPI call has a side effect "
             "that the partitioner cannot place. Make every mesh axis manual "
             "(leave out axis_names=), and use XLA's collectives (psum, "
             "all_gather, ...) over the local axes inside the body.")
-    return tuple(mesh.axis_names), tuple(mesh.axis_sizes)
+    return m.names, m.sizes
 
 
 def make_duplicates(comm, n: int, count: int, fn: str, shape=None) -> list:
@@ -157,21 +154,20 @@ def for_grid(info, grid, mesh, fn: str):
 # same over make the same calls with the same data, and get the same
 # result). A message's does not follow from the receiver's operands (the
 # sender's data, another variable of the peer's program): it varies over
-# every manual axis. The operands are made to vary alike first (pvary,
+# every manual axis (`messages`: the primitive's results are messages from
+# peers, its row says). The operands are made to vary alike first (pvary,
 # whose transpose sums an invariant operand's cotangents), so that
 # transposes give every operand a cotangent of its own type.
 
-_PEER_PARAMS = ("dest", "source", "dests", "sources")
 
-
-def _target_vma(avals, params):
+def _target_vma(avals, messages):
     # The abstract mesh, not the trace state: JAX 0.12 transposes a
     # shard_map body with no trace active, and its results must still be
     # typed as varying there.
-    axes = jc.manual_axes(jc.abstract_mesh())
+    axes = manual_axes()
     if not axes:
         return None
-    if any(p in params for p in _PEER_PARAMS):
+    if messages:
         return frozenset(axes)
     out = frozenset()
     for a in avals:
@@ -179,12 +175,12 @@ def _target_vma(avals, params):
     return out
 
 
-def vary_operands(args, params):
+def vary_operands(args, messages):
     """The operands of a jaxmpi primitive, each made to vary over the manual
     axes its result will (see above); as they are outside shard_map."""
-    if not jc.manual_axes(jc.abstract_mesh()):  # every bind: the cheap test
+    if not manual_axes():  # every bind: the cheap test
         return args
-    want = _target_vma([getattr(a, "aval", a) for a in args], params)
+    want = _target_vma([getattr(a, "aval", a) for a in args], messages)
     if not want:
         return args
     return [a if want <= jc.vma(getattr(a, "aval", a))
@@ -192,13 +188,13 @@ def vary_operands(args, params):
             else jc.pvary(a, want - jc.vma(a.aval)) for a in args]
 
 
-def typed(outs, avals, params, extra=()):
+def typed(outs, avals, messages, extra=()):
     """A primitive's result avals typed as varying where its result does;
     `extra`: results that vary over every manual axis (request handles)."""
-    want = _target_vma(avals, params)
+    want = _target_vma(avals, messages)
     if want is None:
         return outs
-    every = frozenset(jc.manual_axes(jc.abstract_mesh()))
+    every = frozenset(manual_axes())
     return [jc.varying(o, every if i in extra else want)
             for i, o in enumerate(outs)]
 

@@ -9,6 +9,8 @@ them on every rank: no user token is ever needed for correctness.
 from __future__ import annotations
 
 import hashlib
+import math
+from dataclasses import dataclass
 
 import jax
 import numpy as np
@@ -54,24 +56,79 @@ def _call_name(ctx) -> str:
     return "jaxmpi." + name[len("jaxmpi_"):]
 
 
+# ---- the mesh a call runs on ------------------------------------------------
+# Read here only, from the trace (JAX's abstract mesh: where a call is bound)
+# or from the lowering's axis context (where it is compiled).
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """The mesh a call is traced or lowered in: its axes, their sizes, and
+    those a shard_map body is manual over."""
+
+    names: tuple
+    sizes: tuple
+    manual: tuple
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.sizes)
+
+    @property
+    def all_manual(self) -> bool:
+        """Inside shard_map with every mesh axis manual."""
+        return bool(self.names) and set(self.manual) == set(self.names)
+
+    def size_of(self, axes) -> int:
+        """The number of positions along the axes `axes` (a name or a
+        tuple of names)."""
+        sizes = dict(zip(self.names, self.sizes))
+        return math.prod(sizes[a] for a in (
+            axes if isinstance(axes, tuple) else (axes,)))
+
+
+def manual_axes() -> tuple:
+    """The axes of the current trace's mesh that a shard_map body is manual
+    over (none outside shard_map): every bind asks, so it is the cheap
+    read."""
+    return jc.manual_axes(jc.abstract_mesh())
+
+
+def mesh(ctx=None) -> Mesh | None:
+    """The mesh of the current trace (ctx None) or of the lowering `ctx`,
+    or None outside any mesh (a lowering over several devices without one
+    gives a mesh of one unnamed axis)."""
+    if ctx is None:
+        m = jc.abstract_mesh()
+        if m is None or not m.axis_names:
+            return None
+        return Mesh(tuple(m.axis_names), tuple(m.axis_sizes),
+                    jc.manual_axes(m))
+    axis_ctx = ctx.module_context.axis_context
+    m = getattr(axis_ctx, "mesh", None)
+    if m is None:
+        n = getattr(axis_ctx, "num_devices", 1)
+        return Mesh((), (n,), ()) if n > 1 else None
+    sizes = getattr(m, "axis_sizes", None) or tuple(
+        m.shape[a] for a in m.axis_names)
+    return Mesh(tuple(m.axis_names), tuple(sizes),
+                tuple(getattr(axis_ctx, "manual_axes", ())))
+
+
 def _manual_mesh(ctx):
     """The mesh of the shard_map body the call is lowered in, where every
     mesh axis is manual; None elsewhere (one device, or an auto-sharded or
     partly manual computation)."""
-    axis_ctx = ctx.module_context.axis_context
-    mesh = getattr(axis_ctx, "mesh", None)
-    if mesh is None or set(getattr(axis_ctx, "manual_axes", ())) != set(
-            mesh.axis_names):
-        return None
-    return mesh
+    m = mesh(ctx)
+    return m if m is not None and m.all_manual else None
 
 
 def _position(ctx, n: int):
     """The position in the mesh of the device running a shard_map body over
     n devices, as an int32 scalar: its partition id, the device's flat index
     in the mesh (JAX lowers axis_index from it the same way)."""
-    mesh = _manual_mesh(ctx)
-    if mesh is None or mesh.size != n:
+    manual = _manual_mesh(ctx)
+    if manual is None or manual.size != n:
         raise ValueError(
             f"{_call_name(ctx)} was traced inside shard_map over {n} devices "
             "but is compiled outside it: keep jaxmpi calls inside the "
@@ -98,11 +155,10 @@ def _position(ctx, n: int):
 def _one_device(ctx) -> None:
     """A call traced for one device must be compiled for one: under an
     auto-sharded jit JAX's partitioner would have to place it."""
-    if _manual_mesh(ctx) is not None:  # shard_map, every axis manual
+    m = mesh(ctx)
+    if m is None or m.all_manual:  # one device, or shard_map's every axis
         return
-    axis_ctx = ctx.module_context.axis_context
-    mesh = getattr(axis_ctx, "mesh", None)
-    n = mesh.size if mesh is not None else getattr(axis_ctx, "num_devices", 1)
+    n = m.size
     if n > 1:
         raise ValueError(f"{_call_name(ctx)} is compiled for {n} devices "
                          f"outside shard_map. {SHARD_MAP_HELP}")

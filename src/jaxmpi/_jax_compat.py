@@ -11,11 +11,14 @@ here only. Checked against JAX 0.6.2 (the oldest pyproject.toml allows),
 
 from __future__ import annotations
 
+import inspect
+
 # Public.
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 from jax.core import ShapedArray, Tracer
 from jax.extend.core import ClosedJaxpr, Primitive, Token, jaxpr_as_fun
+from jax.extend.mlir import ir
 from jax.extend.mlir.dialects import stablehlo as hlo
 from jax.interpreters import ad, batching, mlir
 
@@ -50,6 +53,15 @@ from jax._src.lib import xla_client
 # - the user's frame of a traced call (the Python line named in debug logs
 #   and watchdog reports).
 from jax._src import source_info_util
+
+
+# JAX >= 0.7 lowers equal equations (same params and shapes) once per module
+# and calls the one body from each; jaxmpi's are lowered each in place (the
+# keyword arguments of mlir.register_lowering that say so), so that each call
+# carries its own source line (`site`) and a GPU wait sees the operations
+# before it.
+UNCACHED = ({"cacheable": False} if "cacheable" in
+            inspect.signature(mlir.register_lowering).parameters else {})
 
 
 def lowering_user_frames(ctx):

@@ -1,22 +1,29 @@
 """Point-to-point operations, each blocking operation beside its
-non-blocking form: send, recv, sendrecv, neighbor_exchange."""
+non-blocking form: send, recv, sendrecv, neighbor_exchange. Each pair
+parses its arguments once (``_<op>``), and the two forms differ only in
+what they make of the parsed call: the blocking op binds its primitive,
+the non-blocking one starts its request."""
 
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
-from . import _pytree
-from . import _sharded_requests
+from . import _dispatch
 from . import _validate as v
+from ._parse import Args
 from ._prims_p2p import neighbor_exchange_p, recv_p, send_p, sendrecv_p
 from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
-from ._requests import Request, compose_one
-from ._steps import begin, join
+from ._requests import Request
 from ._validate import ANY_SOURCE, ANY_TAG
 
 
-@_pytree.tree_op(result=False)
+def _send(fn, x, dest, tag, comm, token):
+    a = Args(fn, comm, token)
+    x = a.array(x)
+    return a.call(x, dest=a.peer(dest), tag=a.tag(tag))
+
+
+@_dispatch.blocking(result=False)
 def send(x, dest, *, tag=0, comm=None, token=None):
     """Send ``x`` to rank ``dest``.
 
@@ -45,15 +52,10 @@ def send(x, dest, *, tag=0, comm=None, token=None):
             else:
                 y = mpx.recv(jnp.zeros(3), 0, tag=7)   # [0. 1. 2.]
     """
-    info, tok = begin("send", comm, token)
-    x = v.array(x, "send")
-    dest = v.rank_arg(dest, "send", "dest", info, allow=(MPI.PROC_NULL,))
-    tag = v.tag_arg(tag, "send", "tag", info)
-    join(tok)
-    send_p.bind(x, comm=info, dest=dest, tag=tag)
+    _send("send", x, dest, tag, comm, token).bind(send_p)
 
 
-@_sharded_requests.start()
+@_dispatch.start()
 def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
     """Start sending ``x`` to rank ``dest``.
 
@@ -85,15 +87,17 @@ def isend(x, dest, *, tag=0, comm=None, token=None) -> Request:
             else:
                 y = mpx.wait(mpx.irecv(jnp.zeros(3), 0, tag=7))
     """
-    info, tok = begin("isend", comm, token)
-    x = v.array(x, "isend")
-    dest = v.rank_arg(dest, "isend", "dest", info, allow=(MPI.PROC_NULL,))
-    tag = v.tag_arg(tag, "isend", "tag", info)
-    join(tok)
-    return compose_one("isend", (x,), dict(comm=info, dest=dest, tag=tag))
+    return _send("isend", x, dest, tag, comm, token).start()
 
 
-@_pytree.tree_op()
+def _recv(fn, x, source, tag, comm, status, token):
+    a = Args(fn, comm, token)
+    x = a.array(x)
+    return a.call(x, source=a.source(source), tag=a.tag(tag, allow_any=True),
+                  status=v.status_arg(status, fn))
+
+
+@_dispatch.blocking()
 def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
          token=None):
     """Receive an array of ``x``'s shape and dtype from rank ``source``.
@@ -129,18 +133,11 @@ def recv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None, status=None,
             else:
                 mpx.send(jnp.arange(3.0), 1)
     """
-    info, tok = begin("recv", comm, token)
-    x = v.array(x, "recv")
-    source = v.rank_arg(source, "recv", "source", info,
-                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
-    tag = v.tag_arg(tag, "recv", "tag", info, allow_any=True)
-    addr = v.status_arg(status, "recv")
-    join(tok)
-    return recv_p.bind(x, comm=info, source=source, tag=tag,
-                       status=addr)[0]
+    return _recv("recv", x, source, tag, comm, status,
+                 token).bind(recv_p)[0]
 
 
-@_sharded_requests.start()
+@_dispatch.start()
 def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
           status=None, token=None) -> Request:
     """Start receiving an array of ``x``'s shape and dtype from ``source``.
@@ -178,18 +175,23 @@ def irecv(x, source=ANY_SOURCE, *, tag=ANY_TAG, comm=None,
             else:
                 mpx.wait(mpx.isend(jnp.arange(3.0), 1, tag=7))
     """
-    info, tok = begin("irecv", comm, token)
-    x = v.array(x, "irecv")
-    source = v.rank_arg(source, "irecv", "source", info,
-                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
-    tag = v.tag_arg(tag, "irecv", "tag", info, allow_any=True)
-    addr = v.status_arg(status, "irecv")
-    join(tok)
-    return compose_one("irecv", (x,), dict(comm=info, source=source, tag=tag,
-                                           status=addr))
+    return _recv("irecv", x, source, tag, comm, status, token).start()
 
 
-@_pytree.tree_op(trees=("sendbuf", "recvbuf"))
+def _sendrecv(fn, sendbuf, recvbuf, source, dest, sendtag, recvtag, comm,
+              status, token):
+    a = Args(fn, comm, token)
+    sendbuf = a.array(sendbuf, "sendbuf")
+    recvbuf = a.array(recvbuf, "recvbuf")
+    source, dest = a.source(source), a.peer(dest)
+    sendtag = a.tag(sendtag, "sendtag")
+    recvtag = a.tag(recvtag, "recvtag", allow_any=True)
+    return a.call(
+        sendbuf, recvbuf, source=source, dest=dest, sendtag=sendtag,
+        recvtag=recvtag, status=v.status_arg(status, fn))
+
+
+@_dispatch.blocking(trees=("sendbuf", "recvbuf"))
 def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
              comm=None, status=None, token=None):
     """Send ``sendbuf`` to ``dest`` and receive from ``source``, in one call.
@@ -227,24 +229,11 @@ def sendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0, recvtag=ANY_TAG,
             right, left = (rank + 1) % size, (rank - 1) % size
             y = mpx.sendrecv(x, x, source=left, dest=right)   # left's x
     """
-    fn = "sendrecv"
-    info, tok = begin(fn, comm, token)
-    sendbuf = v.array(sendbuf, fn, "sendbuf")
-    recvbuf = v.array(recvbuf, fn, "recvbuf")
-    source = v.rank_arg(source, fn, "source", info,
-                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
-    dest = v.rank_arg(dest, fn, "dest", info, allow=(MPI.PROC_NULL,))
-    sendtag = v.tag_arg(sendtag, fn, "sendtag", info)
-    recvtag = v.tag_arg(recvtag, fn, "recvtag", info, allow_any=True)
-    addr = v.status_arg(status, fn)
-    join(tok)
-    return sendrecv_p.bind(
-        sendbuf, recvbuf, comm=info, source=source, dest=dest, sendtag=sendtag,
-        recvtag=recvtag, status=addr,
-    )[0]
+    return _sendrecv("sendrecv", sendbuf, recvbuf, source, dest, sendtag,
+                     recvtag, comm, status, token).bind(sendrecv_p)[0]
 
 
-@_sharded_requests.start(trees=("sendbuf", "recvbuf"))
+@_dispatch.start(trees=("sendbuf", "recvbuf"))
 def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
               recvtag=ANY_TAG, comm=None, status=None,
               token=None) -> Request:
@@ -282,20 +271,41 @@ def isendrecv(sendbuf, recvbuf, source, dest, *, sendtag=0,
             interior = update(interior)     # while the halo travels
             halo = mpx.wait(req)            # left's edge
     """
-    fn = "isendrecv"
-    info, tok = begin(fn, comm, token)
-    sendbuf = v.array(sendbuf, fn, "sendbuf")
-    recvbuf = v.array(recvbuf, fn, "recvbuf")
-    source = v.rank_arg(source, fn, "source", info,
-                        allow=(MPI.ANY_SOURCE, MPI.PROC_NULL))
-    dest = v.rank_arg(dest, fn, "dest", info, allow=(MPI.PROC_NULL,))
-    sendtag = v.tag_arg(sendtag, fn, "sendtag", info)
-    recvtag = v.tag_arg(recvtag, fn, "recvtag", info, allow_any=True)
-    addr = v.status_arg(status, fn)
-    join(tok)
-    return compose_one(fn, (sendbuf, recvbuf), dict(
-        comm=info, source=source, dest=dest, sendtag=sendtag, recvtag=recvtag,
-        status=addr))
+    return _sendrecv("isendrecv", sendbuf, recvbuf, source, dest, sendtag,
+                     recvtag, comm, status, token).start()
+
+
+def _exchange(fn, sendbufs, recvbufs, sources, dests, tag, comm, token,
+              least, most):
+    """neighbor_exchange's (and ineighbor_exchange's) arguments: the arrays
+    to send and the primitive's parameters (``least`` to ``most``
+    pairs)."""
+    a = Args(fn, comm, token)
+    seqs = {}
+    for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
+                        ("sources", sources), ("dests", dests)):
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{fn}: {name} must be a list or tuple, got "
+                            f"{type(value).__name__}: {value!r}")
+        seqs[name] = tuple(value)
+    n = len(seqs["sendbufs"])
+    lengths = {name: len(q) for name, q in seqs.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"{fn}: sendbufs, recvbufs, sources and dests must "
+                         f"have the same length, got {lengths}")
+    if not least <= n <= most:
+        limit = f"at most {most}" if least == 0 else f"{least} to {most}"
+        raise ValueError(f"{fn}: {limit} pairs in one call, got {n}")
+    xs = [a.array(x, f"sendbufs[{i}]") for i, x in enumerate(seqs["sendbufs"])]
+    ts = [a.array(t, f"recvbufs[{i}]") for i, t in enumerate(seqs["recvbufs"])]
+    srcs = tuple(a.peer(q, f"sources[{i}]")
+                 for i, q in enumerate(seqs["sources"]))
+    dsts = tuple(a.peer(d, f"dests[{i}]") for i, d in enumerate(seqs["dests"]))
+    tag = a.tag(tag)
+    if n:
+        a.tag(tag + n - 1, f"tag + {n - 1} (the last pair's tag)")
+    return a.call(*xs, sources=srcs, dests=dsts, tag=tag, recv_avals=tuple(
+        (tuple(t.shape), np.dtype(t.dtype)) for t in ts))
 
 
 def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
@@ -337,17 +347,12 @@ def neighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0, comm=None,
                 [u[-1:], u[:1]], [u[:1], u[-1:]],
                 sources=[left, right], dests=[right, left])
     """
-    fn = "neighbor_exchange"
-    info, tok = begin(fn, comm, token)
-    xs, params = _exchange_args(fn, sendbufs, recvbufs, sources, dests, tag,
-                                info, 0, PAIRS_PER_CALL)
-    join(tok)
-    if not xs:
-        return ()
-    return tuple(neighbor_exchange_p.bind(*xs, **params))
+    call = _exchange("neighbor_exchange", sendbufs, recvbufs, sources, dests,
+                     tag, comm, token, 0, PAIRS_PER_CALL)
+    return tuple(call.bind(neighbor_exchange_p)) if call.operands else ()
 
 
-@_sharded_requests.start(trees=("sendbufs", "recvbufs"))
+@_dispatch.start(trees=("sendbufs", "recvbufs"))
 def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
                        comm=None, token=None) -> Request:
     """Start many sendrecvs at once, pair ``i`` with tag ``tag + i``.
@@ -386,46 +391,5 @@ def ineighbor_exchange(sendbufs, recvbufs, sources, dests, *, tag=0,
             interior = update(u)            # while the halos travel
             from_left, from_right = mpx.wait(req)
     """
-    fn = "ineighbor_exchange"
-    info, tok = begin(fn, comm, token)
-    xs, params = _exchange_args(fn, sendbufs, recvbufs, sources, dests, tag,
-                                info, 1, PAIRS_PER_REQUEST)
-    join(tok)
-    return compose_one(fn, tuple(xs), params)
-
-
-def _exchange_args(fn, sendbufs, recvbufs, sources, dests, tag, info, least,
-                   most):
-    """neighbor_exchange's (and ineighbor_exchange's) arguments checked:
-    the arrays to send and the primitive's parameters (``least`` to
-    ``most`` pairs)."""
-    seqs = {}
-    for name, value in (("sendbufs", sendbufs), ("recvbufs", recvbufs),
-                        ("sources", sources), ("dests", dests)):
-        if not isinstance(value, (list, tuple)):
-            raise TypeError(f"{fn}: {name} must be a list or tuple, got "
-                            f"{type(value).__name__}: {value!r}")
-        seqs[name] = tuple(value)
-    n = len(seqs["sendbufs"])
-    lengths = {name: len(q) for name, q in seqs.items()}
-    if len(set(lengths.values())) != 1:
-        raise ValueError(f"{fn}: sendbufs, recvbufs, sources and dests must "
-                         f"have the same length, got {lengths}")
-    if not least <= n <= most:
-        limit = f"at most {most}" if least == 0 else f"{least} to {most}"
-        raise ValueError(f"{fn}: {limit} pairs in one call, got {n}")
-    xs = [v.array(x, fn, f"sendbufs[{i}]")
-          for i, x in enumerate(seqs["sendbufs"])]
-    ts = [v.array(t, fn, f"recvbufs[{i}]")
-          for i, t in enumerate(seqs["recvbufs"])]
-    srcs = tuple(v.rank_arg(q, fn, f"sources[{i}]", info,
-                            allow=(MPI.PROC_NULL,))
-                 for i, q in enumerate(seqs["sources"]))
-    dsts = tuple(v.rank_arg(d, fn, f"dests[{i}]", info, allow=(MPI.PROC_NULL,))
-                 for i, d in enumerate(seqs["dests"]))
-    tag = v.tag_arg(tag, fn, "tag", info)
-    if n:
-        v.tag_arg(tag + n - 1, fn, f"tag + {n - 1} (the last pair's tag)", info)
-    return xs, dict(
-        comm=info, sources=srcs, dests=dsts, tag=tag,
-        recv_avals=tuple((tuple(t.shape), np.dtype(t.dtype)) for t in ts))
+    return _exchange("ineighbor_exchange", sendbufs, recvbufs, sources, dests,
+                     tag, comm, token, 1, PAIRS_PER_REQUEST).start()

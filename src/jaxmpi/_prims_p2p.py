@@ -1,7 +1,9 @@
 """Point-to-point operations as primitives (csrc/p2p.c), one section per
 op: its shape rule, JVP, transpose and batching rule, and beside them its
-non-blocking start's row (csrc/request.c): the start's buffers, results and
-backward request. Transposed messages travel in their own tag space."""
+non-blocking start's row (csrc/starts.c): the start's buffers, results and
+backward request. Every result is a message from a peer (``messages``: typed
+inside shard_map as varying over every manual axis). Transposed messages
+travel in their own tag space."""
 
 from __future__ import annotations
 
@@ -11,9 +13,9 @@ from mpi4py import MPI
 
 from . import _jax_compat as jc
 from . import _registry
-from ._define import (Backward, aval, cotangent, define_blocking,
-                      define_start, linear, to_front, zeros)
-from ._requests import wait_p
+from ._primitives import (Backward, aval, cotangent, define_blocking,
+                          define_start, every_result, linear, to_front,
+                          wait_p, zeros)
 from ._validate import reserved_tag_bit
 
 
@@ -33,7 +35,8 @@ def _backward_tag(tag, comm):
 
 
 # ---- send -----------------------------------------------------------------
-send_p = define_blocking("send", lambda x, *, comm, dest, tag: [])
+send_p = define_blocking("send", lambda x, *, comm, dest, tag: [],
+                         messages=True)
 
 
 def _send_transpose(cts, x, *, comm, dest, tag):
@@ -77,11 +80,12 @@ def _isend_bw_finish(bh, bbufs, operands, spec):
 
 isend_p = define_start(
     "isend", buffers=lambda x, *, comm, dest, tag: [x], aliases={0: 0},
-    results=(), backward=Backward(_isend_bw_start, _isend_bw_finish))
+    results=(), backward=Backward(_isend_bw_start, _isend_bw_finish),
+    messages=True)
 
 # ---- recv: the result's shape and dtype come from the template x ----------
 recv_p = define_blocking("recv", lambda x, *, comm, source, tag, status: [x],
-                         aliases={0: 0})
+                         aliases={0: 0}, messages=True)
 
 
 def _recv_transpose(cts, x, *, comm, source, tag, status):
@@ -121,7 +125,7 @@ irecv_p = define_start(
     "irecv", buffers=lambda x, *, comm, source, tag, status: [x],
     aliases={0: 0}, results=(0,),
     jvp_check=lambda *, source, tag, **_: _no_wildcards("irecv", source, tag),
-    backward=Backward(_irecv_bw_start, _irecv_bw_finish))
+    backward=Backward(_irecv_bw_start, _irecv_bw_finish), messages=True)
 
 # ---- sendrecv -------------------------------------------------------------
 sendrecv_p = define_blocking(
@@ -129,7 +133,7 @@ sendrecv_p = define_blocking(
     lambda x, template, *, comm, source, dest, sendtag, recvtag, status: [
         template
     ],
-    aliases={1: 0},
+    aliases={1: 0}, messages=True,
 )
 
 
@@ -204,17 +208,21 @@ isendrecv_p = define_start(
         x, t],
     aliases={0: 0, 1: 1}, results=(1,),
     jvp_check=lambda *, source, **_: _no_wildcards("isendrecv", source),
-    backward=Backward(_isendrecv_bw_start, _isendrecv_bw_finish))
+    backward=Backward(_isendrecv_bw_start, _isendrecv_bw_finish),
+    messages=True)
 
 # ---- neighbor_exchange: many sendrecvs in one call --------------------------
 # Pair i sends x_i to dests[i] and receives y_i (shape and dtype recv_avals[i])
 # from sources[i], both with tag + i; the C core posts every receive and send
 # at once and waits once. The recv shapes are parameters, not templates.
-neighbor_exchange_p = define_blocking(
-    "neighbor_exchange",
-    lambda *xs, comm, sources, dests, tag, recv_avals: [
-        aval(shape, dtype) for shape, dtype in recv_avals],
-)
+def _received(*xs, comm, sources, dests, tag, recv_avals):
+    """The variadic exchanges' results: of the shapes and dtypes
+    `recv_avals` gives."""
+    return [aval(shape, dtype) for shape, dtype in recv_avals]
+
+
+neighbor_exchange_p = define_blocking("neighbor_exchange", _received,
+                                      messages=True)
 
 
 def _exchange_rules(prim):
@@ -290,11 +298,11 @@ def _inx_bw_finish(bh, bbufs, operands, spec):
 
 ineighbor_exchange_p = define_start(
     "ineighbor_exchange",
-    buffers=lambda *xs, comm, sources, dests, tag, recv_avals: [
-        *xs, *[aval(s, d) for s, d in recv_avals]],
+    buffers=lambda *xs, **params: [*xs, *_received(*xs, **params)],
     aliases=lambda nops, **_: {i: i for i in range(nops)},
     results=lambda nops, **_: range(nops, 2 * nops),
-    backward=Backward(_inx_bw_start, _inx_bw_finish))
+    backward=Backward(_inx_bw_start, _inx_bw_finish), finish=every_result,
+    messages=True)
 
 
 # ---- neighbor_alltoallv: a sparse neighbourhood, one tag ---------------------
@@ -303,11 +311,8 @@ ineighbor_exchange_p = define_start(
 # non-overtaking order matches repeated edges between two ranks in the order
 # each side lists them (a distributed graph's in- and out-neighbours may
 # differ in number). The C core posts every receive and send, waits once.
-neighbor_alltoallv_p = define_blocking(
-    "neighbor_alltoallv",
-    lambda *xs, comm, sources, dests, tag, recv_avals: [
-        aval(shape, dtype) for shape, dtype in recv_avals],
-)
+neighbor_alltoallv_p = define_blocking("neighbor_alltoallv", _received,
+                                       messages=True)
 
 
 _exchange_rules(neighbor_alltoallv_p)

@@ -28,23 +28,22 @@ leaf keeps; a 1-D result of a rows buffer (``scatter``) lost it; a 2-D
 result of a rows buffer (``alltoall``, the v-forms) keeps a leading axis,
 whose length may differ from the input's (``counts``).
 
-Wiring an operation is one line above its definition (_collectives.py,
-...)::
+An operation's ``Packing`` is given above its definition, by the
+dispatch layer's decorator (_dispatch.blocking; _reductions.py, ...)::
 
-    @_pytree.tree_op(rows=True)
+    @_dispatch.blocking(rows=True, region=True)
     def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
 
 ``trees``: the names of the array arguments (default ``("x",)``; sendrecv:
 ``("sendbuf", "recvbuf")``, whose dtype groups pair up); ``rows``: False,
 True, or a function ``(comm_info, arguments) -> bool`` (``scatter``: rows on
-the root only); ``result=False`` for an op that returns None (``send``). A
-single array (not a pytree) goes straight to the operation, untouched.
+the root only); ``result=False`` for an op that returns None (``send``);
+``region``: eager tree calls run as one cached region (below). A single
+array (not a pytree) goes straight to the operation, untouched.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
 from dataclasses import dataclass
 
 import jax
@@ -53,8 +52,8 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _jax_compat as jc
-from . import _sharded
 from . import _validate as v
+from ._cache import cached, static
 from ._region import jit as _region_jit
 
 
@@ -65,12 +64,13 @@ class Packing:
     trees: tuple = ("x",)
     rows: object = False  # bool, or (CommInfo, bound arguments) -> bool
     result: bool = True  # False: the op returns None (send)
+    region: bool = False  # eager tree calls as one region (_region_call)
 
 
 _ARRAYS = (jax.Array, np.ndarray, np.generic, int, float, complex)
 
 
-def _is_single(x) -> bool:
+def is_single(x) -> bool:
     """x goes to the operation as it is: an array, a scalar, a token, or
     anything else that is one leaf (the operation then names what is
     wrong). A (result, token) pair is sent there too, for its message."""
@@ -199,35 +199,21 @@ def _arguments(op, spec: Packing, sig, args, kwargs):
     return fn, bound, info, rows
 
 
-# Eager calls of these operations run the whole tree call (packing, the MPI
-# call per dtype, unpacking) as one jaxmpi.jit region, cached per operation,
-# tree structure and static arguments: one C++ dispatch of all leaves
-# (benchmarks/pytree.py). Operations whose eager result is an input itself
-# (bcast on the root, gather off it, ...) keep the path above, which returns
-# the input unchanged as their single-array forms do.
-_REGION_OPS = frozenset({"allreduce", "scan", "exscan", "allgather",
-                         "alltoall", "reduce_scatter", "allgatherv",
-                         "alltoallv"})
+# Eager tree calls of the operations whose Packing says `region` run the
+# whole tree call (packing, the MPI call per dtype, unpacking) as one
+# jaxmpi.jit region, cached per operation, tree structure and static
+# arguments: one C++ dispatch of all leaves (benchmarks/pytree.py).
+# Operations whose eager result is an input itself (bcast on the root,
+# gather off it, ...) keep the path below, which returns the input
+# unchanged as their single-array forms do.
 _regions: dict = {}
-
-
-def _static(value):
-    """A hashable stand-in for a static argument of a tree call (mpi4py's
-    handles are not hashable: their type and handle), or raises TypeError."""
-    if isinstance(value, (MPI.Comm, MPI.Op, MPI.Datatype)):
-        return (type(value).__name__, MPI._handleof(value))
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return tuple(_static(x) for x in np.asarray(value, object).ravel()) + (
-            np.shape(value),)
-    hash(value)
-    return value
 
 
 def _region_call(op, spec: Packing, sig, args, kwargs):
     """The eager tree call as one cached region, or None where it does not
-    apply (another operation, a token, a leaf that is not a jax Array, an
-    argument with no hashable stand-in)."""
-    if op.__name__ not in _REGION_OPS:
+    apply (an operation that is not run so, a token, a leaf that is not a
+    jax Array, an argument with no hashable stand-in)."""
+    if not spec.region:
         return None
     bound = sig.bind(*args, **kwargs)
     bound.apply_defaults()
@@ -239,26 +225,22 @@ def _region_call(op, spec: Packing, sig, args, kwargs):
         return None
     try:
         key = (op, spec, treedef, tuple(
-            (k, _static(x)) for k, x in a.items() if k not in spec.trees))
+            (k, static(x)) for k, x in a.items() if k not in spec.trees))
     except TypeError:
         return None
-    fn = _regions.get(key)
-    if fn is None:
-        if len(_regions) > 256:
-            _regions.clear()
+    static_args = {k: x for k, x in a.items() if k not in spec.trees}
 
-        static = {k: x for k, x in a.items() if k not in spec.trees}
+    def whole(*flat):
+        trees = jax.tree_util.tree_unflatten(treedef, flat)
+        return call_tree(op, spec, sig, (),
+                         {**static_args, **dict(zip(spec.trees, trees))})
 
-        def whole(*flat):
-            trees = jax.tree_util.tree_unflatten(treedef, flat)
-            return _call_tree(op, spec, sig, (),
-                              {**static, **dict(zip(spec.trees, trees))})
-
-        fn = _regions[key] = _region_jit(whole)
-    return fn(*leaves)
+    return cached(_regions, key, lambda: _region_jit(whole))(*leaves)
 
 
-def _call_tree(op, spec: Packing, sig, args, kwargs):
+def call_tree(op, spec: Packing, sig, args, kwargs):
+    """``op`` (a single-array operation) called with pytrees for the
+    arguments named in ``spec.trees`` (the module docstring)."""
     if jc.trace_state_clean():
         out = _region_call(op, spec, sig, args, kwargs)
         if out is not None:
@@ -321,40 +303,6 @@ def _call_pair(op, fn, spec, bound, trees):
         a[sname], a[rname] = sg.pack(), rg.pack()
         outs.append(rg.unpack(op(*bound.args, **bound.kwargs), None))
     return _rebuild(rdef, n, rgroups, outs)
-
-
-def wrap(op, *, trees=("x",), rows=False, result=True):
-    """``op`` (a single-array operation) taking pytrees of arrays for the
-    arguments named in ``trees``; see the module docstring. Its docstring
-    is op's (the API reference says what pytrees do, once)."""
-    spec = Packing(tuple(trees), rows, result)
-    sig = inspect.signature(op)
-    positions = {name: i for i, name in enumerate(sig.parameters)}
-
-    @functools.wraps(op)
-    def wrapper(*args, **kwargs):
-        if jc.trace_state_clean() and _sharded.is_sharded(
-                [kwargs.get(t, args[positions[t]] if positions[t] < len(args)
-                            else None) for t in spec.trees]):
-            bound = sig.bind(*args, **kwargs)
-            bound.apply_defaults()
-            return _sharded.call(op.__name__, wrapper, bound, spec.trees)
-        for t in spec.trees:
-            i = positions[t]
-            x = kwargs[t] if t in kwargs else args[i] if i < len(args) else None
-            if not _is_single(x):
-                return _call_tree(op, spec, sig, args, kwargs)
-        return op(*args, **kwargs)
-
-    wrapper.pytree_spec = spec
-    return wrapper
-
-
-def tree_op(*, trees=("x",), rows=False, result=True):
-    """The decorator form of ``wrap``: ``@tree_op(rows=True)`` above a
-    public operation (one line per operation; see the module docstring for
-    ``trees``, ``rows`` and ``result``)."""
-    return functools.partial(wrap, trees=trees, rows=rows, result=result)
 
 
 def rows_on_root(info, arguments) -> bool:

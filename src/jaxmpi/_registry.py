@@ -15,8 +15,8 @@ INT_ATTRS = ("root", "source", "dest", "tag", "sendtag", "recvtag")
 ARRAY_ATTRS = ("sources", "dests", "counts", "sendcounts", "recvcounts",
                "comms")
 # Every attribute a handler may receive (the C core's JM_ATTRS, checked
-# below): "site" is the call's Python line (_define.site), "devices" and
-# "comms" a call's over several devices (_define.attributes).
+# below): "site" is the call's Python line (_primitives.site), "devices"
+# and "comms" a call's over several devices (_primitives.attributes).
 FFI_ATTRS = (*HANDLE_ATTRS, *INT_ATTRS, *ARRAY_ATTRS, "site", "devices")
 
 # Buffers per call are the C core's JM_MAX_BUFFERS (32), checked at import.
@@ -27,39 +27,35 @@ FFI_ATTRS = (*HANDLE_ATTRS, *INT_ATTRS, *ARRAY_ATTRS, "site", "devices")
 PAIRS_PER_CALL = 32
 PAIRS_PER_REQUEST = 15
 
-# C handlers that a primitive's lowering picks besides its own name
-# (reduce_scatter_p: equal blocks go to reduce_scatter_block).
-EXTRA_BLOCKING_TARGETS = ("reduce_scatter_block",)
-# C starts that a start primitive's lowering picks besides its own name
-# (ireduce_scatter_p: equal blocks go to ireduce_scatter_block).
-EXTRA_START_TARGETS = ("ireduce_scatter_block",)
-
-# What the definitions fill (_define), as ops.h's JM_OPS and JM_IOPS:
-# name -> the primitive of each blocking op, and name -> the row of each
-# start (_define.Start: its primitive, results, backward request, JVP
-# check, batch axes, what its wait does after MPI).
+# What the definitions fill (_primitives), as ops.h's JM_OPS, JM_IOPS and
+# JM_WAITS: name -> the primitive of each blocking op, name -> the row of
+# each start (_primitives.Start: its primitive, results, backward
+# request, JVP check, batch axes, what its wait does after MPI and
+# returns), and the wait's primitive; and, per kind of row (the C table's
+# kinds), the C handlers their lowerings call: each primitive's own name,
+# and the others its row names (reduce_scatter's equal blocks go to
+# reduce_scatter_block).
 BLOCKING: dict = {}
 STARTS: dict = {}
+WAITS: dict = {}
+TARGETS: dict = {"blocking": set(), "start": set(), "wait": set()}
 
 
 def check_table(table: dict) -> None:
     """Raise ImportError unless the C core's table (_core.Core.table)
-    agrees with Python's: the same blocking ops as BLOCKING and the same
-    starts as STARTS (names without the ``jaxmpi_`` prefix), the FFI
+    agrees with Python's: the same C targets of blocking ops, starts and
+    waits as the definitions registered (TARGETS: names without the
+    ``jaxmpi_`` prefix), the FFI
     attributes with the same kinds, the buffer limits the validation
     assumes, and the byte size of every dtype code in _dtypes. A
     disagreement means a C core built from other sources than this Python
     package (a stale build). Run by ``import jaxmpi`` once every primitive
     is defined."""
     problems = []
-    c_ops = {n for n, row in table["ops"].items() if not row[3]}
-    c_starts = {n for n, row in table["ops"].items() if row[3]}
-    for what, c_names, py_names in (("blocking ops", c_ops,
-                                     set(BLOCKING) |
-                                     set(EXTRA_BLOCKING_TARGETS)),
-                                    ("non-blocking starts", c_starts,
-                                     set(STARTS) |
-                                     set(EXTRA_START_TARGETS))):
+    for what, kind in (("blocking ops", "blocking"),
+                       ("non-blocking starts", "start"), ("waits", "wait")):
+        c_names = {n for n, row in table["ops"].items() if row[3] == kind}
+        py_names = TARGETS[kind]
         if c_names != py_names:
             problems.append(
                 f"{what}: only in C {sorted(c_names - py_names)}, only in "

@@ -1,20 +1,23 @@
 """The value a non-blocking start returns and its wait completes: the
-Request, the checks against its misuse, the wait primitive, and compose
-(a Request made of start primitives).
+Request, the checks against its misuse, and compose (a Request made of
+start primitives).
 
-A start ``jaxmpi_i<op>`` (_define.define_start) posts the MPI_I* call and
-returns the request's handle (a float32 scalar, see csrc/request.h) and
-every buffer the request uses: send buffers aliased to their inputs,
+A start ``jaxmpi_i<op>`` (_primitives.define_start) posts the MPI_I* call
+and returns the request's handle (a float32 scalar, see csrc/request.h)
+and every buffer the request uses: send buffers aliased to their inputs,
 receive buffers aliased to their templates. Those buffers are results of
 the start that only the Request holds, so no other operation of the
 program can read a half-received buffer or overwrite one MPI still sends
 from; XLA copies an input first where it is still needed afterwards
-(donate it to avoid the copy). ``jaxmpi_wait`` takes the handle and all of
-those buffers (XLA keeps them alive until the wait), and returns the op's
-results aliased to their receive buffers. Starts and waits carry jaxmpi's
-ordered effect: they are issued in program order on every rank. The wait
-is an asynchronous XLA FFI handler: a request not yet complete does not
-hold XLA:CPU's executor.
+(donate it to avoid the copy). ``jaxmpi_wait`` (_primitives.wait_p) takes
+the handle and all of those buffers (XLA keeps them alive until the wait),
+and returns the op's results aliased to their receive buffers. Starts and
+waits carry jaxmpi's ordered effect: they are issued in program order on
+every rank.
+
+The dispatch layer (_dispatch) and the wait (_wait) see a Request through
+this module's functions only: ``parts``, ``leaves``, ``layout``,
+``rebuilt``, ``ended``, ``check_waitable``, ``take``, ``finished``.
 """
 
 from __future__ import annotations
@@ -23,19 +26,11 @@ import itertools
 import sys
 import weakref
 from dataclasses import dataclass
-from functools import lru_cache
 
 import jax
-import numpy as np
 
 from . import _jax_compat as jc
 from . import _registry
-from ._effect import lower_with_token, mpi_effect
-
-# The abstract value of a request's handle (csrc/request.h): a float32
-# scalar, so that a tangent request travels with its primal through JAX's
-# autodiff (integers get empty float0 tangents).
-HANDLE_AVAL = jc.ShapedArray((), np.dtype(np.float32))
 
 
 # ---- misuse: requests dropped, waited twice, or leaving their function ------
@@ -200,60 +195,13 @@ def _unflatten(aux, leaves):
 jax.tree_util.register_pytree_node(Request, _flatten, _unflatten)
 
 
-# ---- the wait primitive ---------------------------------------------------
-
-
-@dataclass(frozen=True)
-class WaitSpec:
-    """What a wait needs to know of its start (static, hashable): the
-    start's name, its parameters and which of its buffers are results."""
-
-    op: str
-    params: tuple          # the start's parameters, as sorted items
-    results: tuple         # indices of the buffers that are the op's results
-
-    def param(self, name):
-        return dict(self.params)[name]
-
-
-wait_p = jc.Primitive("jaxmpi_wait")
-wait_p.multiple_results = True
-
-
-def _wait_abstract(handle, *bufs, spec):
-    return [bufs[i] for i in spec.results], {mpi_effect}
-
-
-wait_p.def_effectful_abstract_eval(_wait_abstract)
-
-
-@lru_cache(maxsize=None)
-def _eager_wait(spec):
-    # Eagerly the buffers are arguments of the wait's own program: donated,
-    # so that XLA hands the handler the very buffers MPI writes (an aliased
-    # argument not donated would be copied before the call).
-    donate = tuple(1 + i for i in spec.results)
-    return jax.jit(lambda h, *bufs: wait_p.bind(h, *bufs, spec=spec),
-                   donate_argnums=donate)
-
-
-wait_p.def_impl(lambda *args, spec: _eager_wait(spec)(*args))
-
-
-def _wait_lowering(ctx, handle, *bufs, spec):
-    rule = jax.ffi.ffi_lowering(
-        "jaxmpi_wait", has_side_effect=True,
-        operand_output_aliases={1 + i: k for k, i in enumerate(spec.results)})
-    return lower_with_token(ctx, rule, handle, *bufs)
-
-
-# XLA:CPU and XLA:GPU: the C core has a wait handler for each platform.
-for _platform in ("cpu", "cuda"):
-    jc.mlir.register_lowering(wait_p, _wait_lowering, platform=_platform)
-# Its JVP, transpose and batching rule are _define's, beside the starts'.
-
-
 # ---- a Request of start primitives -----------------------------------------
+
+
+def _track(req) -> Request:
+    """req, reported if it is dropped without a wait."""
+    weakref.finalize(req, _on_drop, req._state, tuple(_leaves(req)))
+    return req
 
 
 def compose(op, starts, finish, keep=()):
@@ -279,25 +227,81 @@ def compose(op, starts, finish, keep=()):
                            row.wait_spec(operands, params)))
     state = _State(op, _user_line(), rid,
                    None if clean else jc.trace_ctx.trace)
-    req = Request(parts, keep, finish, state)
-    weakref.finalize(req, _on_drop, state, tuple(_leaves(req)))
-    return req
-
-
-def _one_result(results, keep):
-    """A single start's wait: its one result, or None (isend, ibarrier)."""
-    return results[0][0] if results[0] else None
-
-
-def _every_result(results, keep):
-    """ineighbor_exchange's wait: every pair's message, as a tuple."""
-    return tuple(results[0])
+    return _track(Request(parts, keep, finish, state))
 
 
 def compose_one(name, operands, params):
-    """The Request of start primitive `name` alone: its wait returns its
-    one result (None for isend and ibarrier), or every pair's for
-    ineighbor_exchange."""
+    """The Request of start primitive `name` alone: its wait returns what
+    the start's row says (its one result, None for isend and ibarrier, or
+    every pair's for ineighbor_exchange)."""
     return compose(name, [(name, operands, params)],
-                   _every_result if name == "ineighbor_exchange"
-                   else _one_result)
+                   _registry.STARTS[name].finish)
+
+
+# ---- what the wait and the dispatch layer see of a Request -----------------
+
+
+def parts(req) -> list:
+    """(handle, buffers, WaitSpec) of each start the request is made of, in
+    order."""
+    return [(p.handle, p.bufs, p.spec) for p in req._parts]
+
+
+leaves = _leaves  # every array it holds: each part's handle and buffers, kept
+
+
+def layout(req) -> tuple:
+    """What rebuilding the request from its leaves needs besides them."""
+    return tuple((p.spec, len(p.bufs)) for p in req._parts), req._finish
+
+
+def rebuilt(op, layout, arrays, plan) -> Request:
+    """An eager Request of the public start `op` with `layout`, holding
+    `arrays` (leaves in the order ``leaves`` gives them): a request started
+    on sharded arrays (_dispatch), whose wait `plan` says how to run. It is
+    reported if dropped without a wait, as compose's."""
+    state = _State(op, _user_line(), 0, None, sharded=plan)
+    return _track(_unflatten((*layout, state), list(arrays)))
+
+
+def ended(req) -> None:
+    """A request that ends in the trace that made it without a wait: its
+    arrays leave that trace for an eager Request that is waited instead
+    (_dispatch's per-device requests)."""
+    req._state.waited = True
+
+
+def check_waitable(request, fn: str = "wait") -> None:
+    """Raise unless `request` is a Request that may be waited here: not
+    waited yet, and in the function that started it."""
+    if not isinstance(request, Request):
+        raise TypeError(f"{fn}: request must be a jaxmpi Request, got "
+                        f"{type(request).__name__}: {request!r}")
+    state = request._state
+    if state.waited:
+        raise RuntimeError(f"jaxmpi.{fn}: {describe(state)} was already "
+                           "waited: wait each request once")
+    current = None if jc.trace_state_clean() else jc.trace_ctx.trace
+    if current is not state.trace:
+        state.waited = True  # the trace fails: nothing of it runs
+        raise RuntimeError(
+            f"jaxmpi.{fn}: {describe(state)} must be waited in the function "
+            "that started it (the same jit, loop body, cond branch or "
+            "transformation), not in another one")
+
+
+def take(request):
+    """Mark a checked request waited; the plan of its wait where it was
+    started eagerly on sharded arrays (_dispatch), else None."""
+    request._state.waited = True
+    return request._state.sharded
+
+
+def finished(request, results):
+    """The request's result from its parts' results (after their waits)."""
+    return request._finish(results, request._keep)
+
+
+def repeated(requests) -> bool:
+    """Whether a request appears twice among `requests`."""
+    return len({id(r._state) for r in requests}) != len(requests)

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import jax
 import numpy as np
-from mpi4py import MPI
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from . import _jax_compat as jc
+from ._cache import cached, static
 
 _cache: dict = {}
 
@@ -72,6 +72,20 @@ def result_spec(out_ndim, ref_spec, fn):
         "the out_specs you want")
 
 
+def out_specs(out, specs, treedef, fn):
+    """The out_specs of a per-shard call whose results `out` (a pytree of
+    shapes) mirror its array arguments (their specs `specs`, the flattened
+    leaves of `treedef`): each result the last tree argument's leaf at its
+    place; where their numbers differ, every result the first sharded
+    argument."""
+    out_leaves, out_tree = jax.tree_util.tree_flatten(out)
+    ref = [specs[i] for i in last_tree_leaves(treedef)]
+    if len(ref) != len(out_leaves):
+        ref = [next(s for s in specs if any(s))] * len(out_leaves)
+    return jax.tree_util.tree_unflatten(out_tree, [
+        result_spec(len(o.shape), r, fn) for o, r in zip(out_leaves, ref)])
+
+
 def placed(fn, leaves):
     """(mesh, leaves, specs) of an operation's array leaves: their one
     mesh, the leaves with NumPy arrays and scalars replicated on it, and
@@ -111,33 +125,20 @@ def call(fn, op, bound, trees):
     args = bound.arguments
     leaves, treedef = jax.tree_util.tree_flatten([args[t] for t in trees])
     mesh, leaves, specs = placed(fn, leaves)
-    static = {k: v for k, v in args.items() if k not in trees}
-    key = cache_key(op, treedef, static, leaves, specs, mesh)
+    static_args = {k: v for k, v in args.items() if k not in trees}
+    key = cache_key(op, treedef, static_args, leaves, specs, mesh)
     run = cached(_cache, key, lambda: _compile(
-        fn, op, mesh, treedef, trees, static, leaves, specs))
+        fn, op, mesh, treedef, trees, static_args, leaves, specs))
     return run(*leaves)
 
 
-def cached(cache: dict, key, build):
-    """``cache[key]``, made by ``build()`` on a miss (a key of None is not
-    cached); the cache is emptied when it passes 256 entries."""
-    hit = cache.get(key) if key is not None else None
-    if hit is None:
-        hit = build()
-        if key is not None:
-            if len(cache) >= 256:
-                cache.clear()
-            cache[key] = hit
-    return hit
-
-
-def cache_key(op, treedef, static, leaves, specs, mesh):
+def cache_key(op, treedef, static_args, leaves, specs, mesh):
     """The key of a compiled per-shard call: the operation, its static
     arguments, the arrays' shapes, dtypes and specs, the mesh (None where a
     static argument cannot be hashed: not cached)."""
     try:
         key = (op, treedef, tuple(sorted(
-            (k, _static(v)) for k, v in static.items())),
+            (k, static(v)) for k, v in static_args.items())),
             tuple((x.shape, str(x.dtype), tuple(s))
                   for x, s in zip(leaves, specs)), mesh)
         hash(key)
@@ -146,37 +147,20 @@ def cache_key(op, treedef, static, leaves, specs, mesh):
     return key
 
 
-def _static(v):
-    """A hashable stand-in of a static argument (mpi4py's handles are
-    not hashable)."""
-    if isinstance(v, (MPI.Comm, MPI.Op, MPI.Datatype)):
-        return (type(v).__name__, MPI._handleof(v))
-    if isinstance(v, list):
-        return tuple(_static(x) for x in v)
-    return v
-
-
-def _compile(fn, op, mesh, treedef, trees, static, leaves, specs):
+def _compile(fn, op, mesh, treedef, trees, static_args, leaves, specs):
     def body(*flat):
         values = jax.tree_util.tree_unflatten(treedef, list(flat))
-        return op(**static, **dict(zip(trees, values)))
+        return op(**static_args, **dict(zip(trees, values)))
 
     local = [jax.ShapeDtypeStruct(
         tuple(d // _factor(mesh, a) for d, a in zip(x.shape, s)), x.dtype)
         for x, s in zip(leaves, specs)]
-    out = jax.eval_shape(body, *local)
-    out_leaves, out_tree = jax.tree_util.tree_flatten(out)
-    # Each result mirrors the last tree argument's leaf at its place.
-    ref = last_tree_leaves(treedef)
-    if len(ref) != len(out_leaves):
-        ref = [next(i for i, s in enumerate(specs) if any(s))] * len(out_leaves)
-    out_specs = jax.tree_util.tree_unflatten(out_tree, [
-        result_spec(len(o.shape), specs[r], fn) for o, r in zip(out_leaves, ref)])
+    outs = out_specs(jax.eval_shape(body, *local), specs, treedef, fn)
     # Unchecked: a result may be replicated over a mesh axis its argument
     # is (every copy along it makes the same call with the same data, so
     # its result is the same), which a message's type cannot say.
     mapped = jc.shard_map(body, mesh, tuple(PartitionSpec(*s) for s in specs),
-                          out_specs, check_vma=False)
+                          outs, check_vma=False)
     return jax.jit(mapped)
 
 

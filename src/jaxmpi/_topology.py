@@ -23,13 +23,12 @@ import numpy as np
 from jax import lax
 from mpi4py import MPI
 
-from . import _sharded_requests
-from . import _validate as v
+from . import _dispatch
 from ._devices import DeviceCart
+from ._parse import Args
 from ._prims_p2p import neighbor_alltoallv_p, neighbor_exchange_p
 from ._registry import PAIRS_PER_CALL, PAIRS_PER_REQUEST
 from ._requests import Request, compose
-from ._steps import begin, join
 
 
 def _static_count(value, fn: str, name: str) -> int:
@@ -235,47 +234,48 @@ class _Halo:
         return self.fill(keep, [y for ys in results for y in ys])
 
 
-def _halo_setup(fn, x, comm, width, tag, info):
+def _halo_setup(fn, x, comm, width, tag, token):
     """Every check of halo_exchange's (and ihalo_exchange's) arguments, and
-    the plan: (arrays, _Halo)."""
+    the plan: (comm info, arrays, _Halo)."""
+    a = Args(fn, comm, token, grid_ok=True)
     dims, periods, peer = _cart_topo(comm, fn)
     ndim = len(dims)
     widths = _widths(width, ndim, fn)
     many = isinstance(x, (list, tuple))
-    arrays = [v.array(a, fn, f"x[{k}]" if many else "x")
-              for k, a in enumerate(x if many else [x])]
-    for k, a in enumerate(arrays):
+    arrays = [a.array(y, f"x[{k}]" if many else "x")
+              for k, y in enumerate(x if many else [x])]
+    for k, y in enumerate(arrays):
         name = f"x[{k}]" if many else "x"
-        if a.ndim < ndim:
+        if y.ndim < ndim:
             raise ValueError(
-                f"{fn}: {name} has {a.ndim} axes but the communicator's grid "
+                f"{fn}: {name} has {y.ndim} axes but the communicator's grid "
                 f"has {ndim} dimensions (dims={list(dims)}): shape "
-                f"{tuple(a.shape)}")
+                f"{tuple(y.shape)}")
         for i, w in enumerate(widths):
-            if a.shape[i] < 3 * w:
+            if y.shape[i] < 3 * w:
                 raise ValueError(
                     f"{fn}: width {w} is too large for {name}'s axis {i} of "
-                    f"{a.shape[i]} cells (shape {tuple(a.shape)}): the halo "
+                    f"{y.shape[i]} cells (shape {tuple(y.shape)}): the halo "
                     f"on both sides and a rim of {w} to send need at least "
                     f"{3 * w}")
     plan = _halo_plan(dims, periods, widths, peer)
     # Arrays of one dtype share each direction's message (their pieces
     # raveled one after another): one message per direction and dtype.
     groups = {}
-    for k, a in enumerate(arrays):
-        groups.setdefault(np.dtype(a.dtype), []).append(k)
+    for k, y in enumerate(arrays):
+        groups.setdefault(np.dtype(y.dtype), []).append(k)
     npairs = len(groups) * sum(kind == "message" for _, kind, _, _ in plan)
-    tag = v.tag_arg(tag, fn, "tag", info)
+    tag = a.tag(tag)
     if npairs:
-        v.tag_arg(tag + npairs - 1, fn,
-                  f"tag + {npairs - 1} (the last piece's tag)", info)
+        a.tag(tag + npairs - 1, f"tag + {npairs - 1} (the last piece's tag)")
+    a.done()
 
     wrapped = tuple(i for i in range(ndim) if dims[i] == 1 and periods[i])
     local = []
-    for k, a in enumerate(arrays):
+    for k, y in enumerate(arrays):
         for d, kind, _, _ in plan:
             if kind == "local":
-                local.append((k, *_rim_and_halo(a.shape, widths, d)))
+                local.append((k, *_rim_and_halo(y.shape, widths, d)))
     messages = []
     for ks in groups.values():
         for d, kind, source, dest in plan:
@@ -290,7 +290,8 @@ def _halo_setup(fn, x, comm, width, tag, info):
             messages.append((source, dest, tuple(where)))
     kind = None if not many else type(x) if isinstance(x, tuple) else list
     grid = comm if isinstance(comm, DeviceCart) else None
-    return arrays, _Halo(tuple(local), tuple(messages), kind, tag, grid)
+    return a.info, arrays, _Halo(tuple(local), tuple(messages), kind, tag,
+                                 grid)
 
 
 def halo_exchange(x, comm, width=1, *, tag=0, token=None):
@@ -335,10 +336,8 @@ def halo_exchange(x, comm, width=1, *, tag=0, token=None):
             cart = MPI.COMM_WORLD.Create_cart(dims, periods=[True, True])
             u = mpx.halo_exchange(jnp.zeros((66, 66)), cart)
     """
-    fn = "halo_exchange"
-    info, tok = begin(fn, comm, token, grid_ok=True)
-    arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
-    join(tok)
+    info, arrays, halo = _halo_setup("halo_exchange", x, comm, width, tag,
+                                     token)
     out, sends = halo.pack(arrays)
     sources, dests, avals = halo.pairs(sends)
     got = []
@@ -393,12 +392,54 @@ def _counts(counts, n: int, fn: str, name: str, whose: str) -> tuple:
     return counts
 
 
-def _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info):
+@dataclass(frozen=True)
+class _Neighbourhood:
+    """neighbor_alltoallv's checked arguments (and ineighbor_alltoallv's):
+    the blocks to send, the neighbours in MPI's order, and how the blocks
+    received make the result."""
+
+    info: object
+    x: object
+    blocks: list
+    sources: tuple
+    dests: tuple
+    recvcounts: tuple
+    cartesian: bool
+    tag: int
+
+    @property
+    def received(self):
+        return _Received(len(self.sources), tuple(self.x.shape[1:]),
+                         self.x.dtype, self.cartesian)
+
+    def pairs(self):
+        """A Cartesian exchange's pairs, (sources, dests, recv avals): pair
+        k sends block k towards neighbour k and receives, from the opposite
+        neighbour k ^ 1, that rank's block sent the same way (tag + k tells
+        the two directions apart where both neighbours are one rank: a
+        periodic axis of size 1 or 2)."""
+        n = len(self.dests)
+        return ([self.sources[k ^ 1] for k in range(n)], list(self.dests),
+                [_row_aval(self.x, self.recvcounts[k ^ 1]) for k in range(n)])
+
+    def graph(self, j):
+        """A graph's exchange j: it receives from in-neighbour j and sends
+        to out-neighbour j (MPI.PROC_NULL and no rows past either list's
+        end): (block, source, dest, recv aval)."""
+        inn, out = j < len(self.sources), j < len(self.dests)
+        # An empty block is x's, so that its tangent is x's too.
+        return (self.blocks[j] if out else lax.slice_in_dim(self.x, 0, 0),
+                self.sources[j] if inn else MPI.PROC_NULL,
+                self.dests[j] if out else MPI.PROC_NULL,
+                _row_aval(self.x, self.recvcounts[j] if inn else 0))
+
+
+def _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, token):
     """Every check of neighbor_alltoallv's (and ineighbor_alltoallv's)
-    arguments: (x, sendcounts, recvcounts, sources, dests, cartesian,
-    tag)."""
+    arguments, and their plan."""
+    a = Args(fn, comm, token, grid_ok=True)
     sources, dests, cartesian = _neighbours(comm, fn)
-    x = v.array(x, fn)
+    x = a.array(x)
     if x.ndim == 0:
         raise ValueError(f"{fn}: x must have at least one axis (the rows "
                          f"counted by sendcounts), got a scalar")
@@ -416,11 +457,13 @@ def _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info):
         if n > PAIRS_PER_CALL:
             raise ValueError(f"{fn}: at most {PAIRS_PER_CALL} "
                              f"{name} per rank, this rank has {n}")
-    tag = v.tag_arg(tag, fn, "tag", info)
+    tag = a.tag(tag)
     if cartesian and dests:
-        v.tag_arg(tag + len(dests) - 1, fn,
-                  f"tag + {len(dests) - 1} (the last direction's tag)", info)
-    return x, sendcounts, recvcounts, sources, dests, cartesian, tag
+        a.tag(tag + len(dests) - 1,
+              f"tag + {len(dests) - 1} (the last direction's tag)")
+    a.done()
+    return _Neighbourhood(a.info, x, _blocks(x, sendcounts), sources, dests,
+                          recvcounts, cartesian, tag)
 
 
 def _blocks(x, sendcounts):
@@ -507,33 +550,20 @@ def neighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
             y = mpx.neighbor_alltoallv(x, [2, rank + 1], [left + 1, 2],
                                        comm=ring)   # (left + 3, 3) rows
     """
-    fn = "neighbor_alltoallv"
-    info, tok = begin(fn, comm, token, grid_ok=True)
-    x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
-        _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
-    join(tok)
-
-    blocks = _blocks(x, sendcounts)
-    received = _Received(len(sources), tuple(x.shape[1:]), x.dtype, cartesian)
-    if cartesian:
-        # Pair k sends block k towards neighbour k and receives, from the
-        # opposite neighbour k ^ 1, that rank's block sent the same way:
-        # tag + k tells the two directions apart where both neighbours are
-        # one rank (a periodic axis of size 1 or 2).
-        n = len(dests)
+    n = _alltoallv_setup("neighbor_alltoallv", x, sendcounts, recvcounts, comm,
+                         tag, token)
+    if n.cartesian:
+        sources, dests, avals = n.pairs()
         got = neighbor_exchange_p.bind(
-            *blocks, comm=info,
-            sources=_peers([sources[k ^ 1] for k in range(n)]),
-            dests=_peers(dests), tag=tag,
-            recv_avals=tuple(_row_aval(x, recvcounts[k ^ 1])
-                             for k in range(n)))
-    elif sources or dests:
+            *n.blocks, comm=n.info, sources=_peers(sources),
+            dests=_peers(dests), tag=n.tag, recv_avals=tuple(avals))
+    elif n.sources or n.dests:
         got = neighbor_alltoallv_p.bind(
-            *blocks, comm=info, sources=sources, dests=dests, tag=tag,
-            recv_avals=tuple(_row_aval(x, c) for c in recvcounts))
+            *n.blocks, comm=n.info, sources=n.sources, dests=n.dests,
+            tag=n.tag, recv_avals=tuple(_row_aval(n.x, c) for c in n.recvcounts))
     else:
         got = []
-    return received(got)
+    return n.received(got)
 
 
 # ---- the non-blocking forms --------------------------------------------------
@@ -559,7 +589,7 @@ def _exchanges(info, sends, sources, dests, avals, tag):
         comm=info, sources=(), dests=(), tag=tag, recv_avals=()))]
 
 
-@_sharded_requests.start()
+@_dispatch.start()
 def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
     """Start filling the halo of this rank's block of a Cartesian grid.
 
@@ -595,17 +625,15 @@ def ihalo_exchange(x, comm, width=1, *, tag=0, token=None) -> Request:
             inner = stencil(u)[1:-1, 1:-1]  # reads no halo
             u = mpx.wait(req)               # halo filled
     """
-    fn = "ihalo_exchange"
-    info, tok = begin(fn, comm, token, grid_ok=True)
-    arrays, halo = _halo_setup(fn, x, comm, width, tag, info)
-    join(tok)
+    info, arrays, halo = _halo_setup("ihalo_exchange", x, comm, width, tag,
+                                     token)
     out, sends = halo.pack(arrays)
     sources, dests, avals = halo.pairs(sends)
-    return compose(fn, _exchanges(info, sends, sources, dests, avals,
-                                  halo.tag), halo.finish, keep=out)
+    return compose("ihalo_exchange", _exchanges(
+        info, sends, sources, dests, avals, halo.tag), halo.finish, keep=out)
 
 
-@_sharded_requests.start()
+@_dispatch.start()
 def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
                         token=None) -> Request:
     """Start exchanging variable-size blocks with the topology's neighbours.
@@ -648,37 +676,21 @@ def ineighbor_alltoallv(x, sendcounts, recvcounts, *, comm, tag=0,
             z = compute(w)                  # while the blocks travel
             y = mpx.wait(req)
     """
-    fn = "ineighbor_alltoallv"
-    info, tok = begin(fn, comm, token, grid_ok=True)
-    x, sendcounts, recvcounts, sources, dests, cartesian, tag = \
-        _alltoallv_setup(fn, x, sendcounts, recvcounts, comm, tag, info)
-    join(tok)
-
-    blocks = _blocks(x, sendcounts)
-    received = _Received(len(sources), tuple(x.shape[1:]), x.dtype, cartesian)
-    if cartesian:  # the pairs of neighbor_alltoallv's exchange
-        n = len(dests)
-        starts = _exchanges(
-            info, blocks, [sources[k ^ 1] for k in range(n)], dests,
-            [_row_aval(x, recvcounts[k ^ 1]) for k in range(n)], tag)
+    n = _alltoallv_setup("ineighbor_alltoallv", x, sendcounts, recvcounts,
+                         comm, tag, token)
+    if n.cartesian:  # the pairs of neighbor_alltoallv's exchange
+        starts = _exchanges(n.info, n.blocks, *n.pairs(), n.tag)
     else:
-        # Exchange j receives from in-neighbour j and sends to
-        # out-neighbour j (MPI.PROC_NULL and no rows past either list's
-        # end), every message with the one tag: each rank posts its
-        # receives from a peer, and its sends to it, in the order of its
-        # lists, and MPI matches them in that order. (One exchange of every
-        # pair would give pair i tag + i, which a rank's peers, listing it
-        # at other places, would not use.)
-        empty = lax.slice_in_dim(x, 0, 0)  # x's, so its tangent is x's too
-        starts = [("ineighbor_exchange",
-                   (blocks[j] if j < len(dests) else empty,), dict(
-                       comm=info,
-                       sources=(sources[j] if j < len(sources)
-                                else MPI.PROC_NULL,),
-                       dests=(dests[j] if j < len(dests) else MPI.PROC_NULL,),
-                       tag=tag,
-                       recv_avals=(_row_aval(x, recvcounts[j] if j < len(
-                           sources) else 0),)))
-                  for j in range(max(len(sources), len(dests)))]
-        starts = starts or _exchanges(info, [], [], [], [], tag)
-    return compose(fn, starts, received.finish)
+        # Every message with the one tag: each rank posts its receives from
+        # a peer, and its sends to it, in the order of its lists, and MPI
+        # matches them in that order. (One exchange of every pair would
+        # give pair i tag + i, which a rank's peers, listing it at other
+        # places, would not use.)
+        starts = []
+        for j in range(max(len(n.sources), len(n.dests))):
+            block, source, dest, aval = n.graph(j)
+            starts.append(("ineighbor_exchange", (block,), dict(
+                comm=n.info, sources=(source,), dests=(dest,), tag=n.tag,
+                recv_avals=(aval,))))
+        starts = starts or _exchanges(n.info, [], [], [], [], n.tag)
+    return compose("ineighbor_alltoallv", starts, n.received.finish)

@@ -84,6 +84,15 @@ def default_comm():
     return _default_comm
 
 
+def _expect(value, cls, fn: str, name: str, what: str, mpi4jax_types) -> None:
+    """TypeError unless `value` is a `cls` (an mpi4py type): `name` must be
+    `what`, and mpi4jax's wording of the same error."""
+    if not isinstance(value, cls):
+        raise TypeError(
+            f"{fn}: {name} must be {what}, got {type(value).__name__}: "
+            f"{value!r}" + mpi4jax_type(fn, name, mpi4jax_types, value))
+
+
 def comm_info(comm, fn: str, grid_ok: bool = False) -> CommInfo:
     """``comm`` as primitives see it; inside shard_map over several devices,
     with the communicators of the mesh positions (``grid_ok``: a
@@ -100,12 +109,9 @@ def comm_info(comm, fn: str, grid_ok: bool = False) -> CommInfo:
                 "communicator (DeviceCart.cart) here: inside shard_map each "
                 "device calls MPI between the shards at its mesh position")
         grid, comm = comm, comm.cart
-    if not isinstance(comm, MPI.Comm):
-        raise TypeError(
-            f"{fn}: comm must be an mpi4py intracommunicator (MPI.Intracomm) or "
-            f"None, got {type(comm).__name__}: {comm!r}"
-            + mpi4jax_type(fn, "comm", MPI4JAX_COMM_TYPES, comm)
-        )
+    _expect(comm, MPI.Comm, fn, "comm",
+            "an mpi4py intracommunicator (MPI.Intracomm) or None",
+            MPI4JAX_COMM_TYPES)
     if comm == MPI.COMM_NULL:
         raise TypeError(
             f"{fn}: comm is MPI.COMM_NULL (a null or freed communicator)"
@@ -292,12 +298,8 @@ def _op_name(op) -> str | None:
 
 
 def reduction_op(op, dtype, fn: str, half_ops) -> OpInfo:
-    if not isinstance(op, MPI.Op):
-        raise TypeError(
-            f"{fn}: op must be an mpi4py reduction op such as MPI.SUM, got "
-            f"{type(op).__name__}: {op!r}"
-            + mpi4jax_type(fn, "op", MPI4JAX_OP_TYPES, op)
-        )
+    _expect(op, MPI.Op, fn, "op", "an mpi4py reduction op such as MPI.SUM",
+            MPI4JAX_OP_TYPES)
     if op == MPI.OP_NULL:
         raise TypeError(f"{fn}: op is MPI.OP_NULL (a null or freed op)")
     dtype = np.dtype(dtype)
@@ -318,12 +320,8 @@ def reduction_op(op, dtype, fn: str, half_ops) -> OpInfo:
 def status_arg(status, fn: str) -> int:
     if status is None:
         return 0
-    if not isinstance(status, MPI.Status):
-        raise TypeError(
-            f"{fn}: status must be an mpi4py MPI.Status or None, got "
-            f"{type(status).__name__}: {status!r}"
-            + mpi4jax_type(fn, "status", MPI4JAX_STATUS_TYPES, status)
-        )
+    _expect(status, MPI.Status, fn, "status", "an mpi4py MPI.Status or None",
+            MPI4JAX_STATUS_TYPES)
     _kept_alive.append(status)  # compiled code writes into it, keep it alive
     return MPI._addressof(status)
 

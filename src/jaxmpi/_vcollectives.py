@@ -1,21 +1,28 @@
-"""The variable-count collectives and reduce_scatter, each blocking
-operation beside its non-blocking form: allgatherv, gatherv, scatterv,
-alltoallv, reduce_scatter. Counts are static sequences of ints, one per
-rank, the same on every rank: rows along axis 0 (a row is x[i], of shape
-x.shape[1:]). Zeros allowed."""
+"""The variable-count collectives, each blocking operation beside its
+non-blocking form: allgatherv, gatherv, scatterv, alltoallv. Counts are
+static sequences of ints, one per rank, the same on every rank: rows along
+axis 0 (a row is x[i], of shape x.shape[1:]). Zeros allowed. Each pair
+parses its arguments once (``_<op>``, with _validate's check of its
+counts), and the two forms differ only in what they make of the parsed
+call."""
 
 from __future__ import annotations
 
-from . import _core, _pytree
-from . import _sharded_requests
+from . import _dispatch
 from . import _validate as v
-from ._prims_vcollectives import (allgatherv_p, alltoallv_p, gatherv_p,
-                                  reduce_scatter_p, scatterv_p)
-from ._requests import Request, compose_one
-from ._steps import begin, join, passed_through, reduction_args
+from ._parse import Args
+from ._prims_collectives import (allgatherv_p, alltoallv_p, gatherv_p,
+                                 scatterv_p)
+from ._requests import Request
 
 
-@_pytree.tree_op(rows=True)
+def _allgatherv(fn, x, counts, comm, token):
+    a = Args(fn, comm, token)
+    x = a.array(x)
+    return a.call(x, counts=v.allgatherv_args(x, counts, fn, a.info))
+
+
+@_dispatch.blocking(rows=True, region=True)
 def allgatherv(x, counts, *, comm=None, token=None):
     """Gather a different number of rows from every rank, on every rank.
 
@@ -43,15 +50,11 @@ def allgatherv(x, counts, *, comm=None, token=None):
             x = jnp.full((rank + 1, 2), rank)
             y = mpx.allgatherv(x, [1, 2, 3])   # [[0 0] [1 1] [1 1] [2 2] ...]
     """
-    fn = "allgatherv"
-    info, tok = begin(fn, comm, token)
-    x = v.array(x, fn)
-    counts = v.allgatherv_args(x, counts, fn, info)
-    join(tok)
-    return allgatherv_p.bind(x, comm=info, counts=counts)[0]
+    return _allgatherv("allgatherv", x, counts, comm,
+                       token).bind(allgatherv_p)[0]
 
 
-@_sharded_requests.start()
+@_dispatch.start()
 def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
     """Start gathering a different number of rows from each rank, everywhere.
 
@@ -80,15 +83,19 @@ def iallgatherv(x, counts, *, comm=None, token=None) -> Request:
             z = compute(w)                  # while the rows travel
             y = mpx.wait(req)               # [[0 0] [1 1] [1 1] [2 2] ...]
     """
-    fn = "iallgatherv"
-    info, tok = begin(fn, comm, token)
-    x = v.array(x, fn)
-    counts = v.allgatherv_args(x, counts, fn, info)
-    join(tok)
-    return compose_one(fn, (x,), dict(comm=info, counts=counts))
+    return _allgatherv("iallgatherv", x, counts, comm, token).start()
 
 
-@_pytree.tree_op(rows=True)
+def _rooted(fn, x, counts, root, comm, token, check):
+    """gatherv's and scatterv's arguments (`check`: their _validate
+    function)."""
+    a = Args(fn, comm, token)
+    x = a.array(x)
+    counts, root = check(x, counts, root, fn, a.info)
+    return a.call(x, counts=counts, root=root)
+
+
+@_dispatch.blocking(rows=True)
 def gatherv(x, counts, root, *, comm=None, token=None):
     """Gather a different number of rows from every rank on the root.
 
@@ -117,16 +124,11 @@ def gatherv(x, counts, root, *, comm=None, token=None):
             x = jnp.full((rank, 2), rank)             # 0, 1 and 2 rows
             y = mpx.gatherv(x, [0, 1, 2], 0)  # rank 0: [[1 1] [2 2] [2 2]]
     """
-    fn = "gatherv"
-    info, tok = begin(fn, comm, token)
-    x = v.array(x, fn)
-    counts, root = v.gatherv_args(x, counts, root, fn, info)
-    join(tok)
-    (y,) = gatherv_p.bind(x, comm=info, counts=counts, root=root)
-    return y if info.rank == root else passed_through(x, y)
+    call = _rooted("gatherv", x, counts, root, comm, token, v.gatherv_args)
+    return call.rooted(x, call.bind(gatherv_p)[0], root_gets=True)
 
 
-@_sharded_requests.start()
+@_dispatch.start()
 def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
     """Start gathering a different number of rows from every rank on root.
 
@@ -156,15 +158,11 @@ def igatherv(x, counts, root, *, comm=None, token=None) -> Request:
             z = compute(w)
             y = mpx.wait(req)               # rank 0: [[1 1] [2 2] [2 2]]
     """
-    fn = "igatherv"
-    info, tok = begin(fn, comm, token)
-    x = v.array(x, fn)
-    counts, root = v.gatherv_args(x, counts, root, fn, info)
-    join(tok)
-    return compose_one(fn, (x,), dict(comm=info, counts=counts, root=root))
+    return _rooted("igatherv", x, counts, root, comm, token,
+                   v.gatherv_args).start()
 
 
-@_pytree.tree_op(rows=True)
+@_dispatch.blocking(rows=True)
 def scatterv(x, counts, root, *, comm=None, token=None):
     """Scatter the root's rows: rank r gets ``counts[r]`` of them.
 
@@ -195,15 +193,11 @@ def scatterv(x, counts, root, *, comm=None, token=None):
                 jnp.zeros((counts[rank], 2))
             y = mpx.scatterv(x, counts, 0)  # [[0 1] [2 3]], [], [[4 5]]
     """
-    fn = "scatterv"
-    info, tok = begin(fn, comm, token)
-    x = v.array(x, fn)
-    counts, root = v.scatterv_args(x, counts, root, fn, info)
-    join(tok)
-    return scatterv_p.bind(x, comm=info, counts=counts, root=root)[0]
+    return _rooted("scatterv", x, counts, root, comm, token,
+                   v.scatterv_args).bind(scatterv_p)[0]
 
 
-@_sharded_requests.start()
+@_dispatch.start()
 def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
     """Start scattering the root's rows: rank r gets ``counts[r]`` of them.
 
@@ -235,15 +229,19 @@ def iscatterv(x, counts, root, *, comm=None, token=None) -> Request:
             req = mpx.iscatterv(x, counts, 0)
             y = mpx.wait(req)               # [[0 1] [2 3]], [], [[4 5]]
     """
-    fn = "iscatterv"
-    info, tok = begin(fn, comm, token)
-    x = v.array(x, fn)
-    counts, root = v.scatterv_args(x, counts, root, fn, info)
-    join(tok)
-    return compose_one(fn, (x,), dict(comm=info, counts=counts, root=root))
+    return _rooted("iscatterv", x, counts, root, comm, token,
+                   v.scatterv_args).start()
 
 
-@_pytree.tree_op(rows=True)
+def _alltoallv(fn, x, sendcounts, recvcounts, comm, token):
+    a = Args(fn, comm, token)
+    x = a.array(x)
+    sendcounts, recvcounts = v.alltoallv_args(x, sendcounts, recvcounts, fn,
+                                              a.info)
+    return a.call(x, sendcounts=sendcounts, recvcounts=recvcounts)
+
+
+@_dispatch.blocking(rows=True, region=True)
 def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
     """Every rank sends a different number of rows to every rank.
 
@@ -276,17 +274,11 @@ def alltoallv(x, sendcounts, recvcounts, *, comm=None, token=None):
             recv = [i + rank + 1 for i in range(2)]
             y = mpx.alltoallv(jnp.ones((sum(send), 3)), send, recv)
     """
-    fn = "alltoallv"
-    info, tok = begin(fn, comm, token)
-    x = v.array(x, fn)
-    sendcounts, recvcounts = v.alltoallv_args(x, sendcounts, recvcounts, fn,
-                                              info)
-    join(tok)
-    return alltoallv_p.bind(x, comm=info, sendcounts=sendcounts,
-                            recvcounts=recvcounts)[0]
+    return _alltoallv("alltoallv", x, sendcounts, recvcounts, comm,
+                      token).bind(alltoallv_p)[0]
 
 
-@_sharded_requests.start()
+@_dispatch.start()
 def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
                token=None) -> Request:
     """Start sending a different number of rows to every rank.
@@ -323,101 +315,5 @@ def ialltoallv(x, sendcounts, recvcounts, *, comm=None,
             z = compute(w)
             y = mpx.wait(req)               # sum(recv) rows
     """
-    fn = "ialltoallv"
-    info, tok = begin(fn, comm, token)
-    x = v.array(x, fn)
-    sendcounts, recvcounts = v.alltoallv_args(x, sendcounts, recvcounts, fn,
-                                              info)
-    join(tok)
-    return compose_one(fn, (x,), dict(comm=info, sendcounts=sendcounts,
-                                      recvcounts=recvcounts))
-
-
-@_pytree.tree_op(rows=True)
-def reduce_scatter(x, op, *, counts=None, comm=None, token=None):
-    """Reduce ``x``'s blocks over all ranks with ``op``; rank r gets block r.
-
-    MPI_Reduce_scatter_block (without ``counts``) or MPI_Reduce_scatter (with
-    ``counts``). Without ``counts``, ``x`` has ``size`` rows and block r is row
-    r; with ``counts``, ``x`` has ``sum(counts)`` rows and block r is the
-    ``counts[r]`` rows after those of ranks 0..r-1. The building block of
-    sharded optimisers. Derivatives for ``MPI.SUM``, ``MPI.PROD``, ``MPI.MAX``
-    and ``MPI.MIN``.
-
-    Args:
-        x: the blocks, the same shape and dtype on every rank (see above).
-        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
-        counts: None, or the rows of each rank's block (``size`` static ints).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
-    Returns:
-        ``op`` over every rank's block r (rank r): shape ``x.shape[1:]``, or
-        ``(counts[r], *x.shape[1:])`` with ``counts``.
-
-    Raises:
-        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype, or
-            ``counts`` is not a sequence of static ints.
-        ValueError: ``x`` has not ``size`` (or ``sum(counts)``) rows, or
-            ``counts`` has not one entry >= 0 per rank.
-        NotImplementedError: a derivative with any other ``op``.
-
-    Example:
-        ``mpirun -n 2``, a gradient summed over ranks, each keeping its slice:
-
-            x = jnp.array([[1., 2.], [3., 4.]]) * (rank + 1)
-            y = mpx.reduce_scatter(x, MPI.SUM)  # rank 0: [3 6], rank 1: [9 12]
-    """
-    fn = "reduce_scatter"
-    info, tok = begin(fn, comm, token)
-    x = v.array(x, fn)
-    opinfo = v.reduction_op(op, x.dtype, fn, _core.get().half_ops)
-    counts = v.reduce_scatter_counts(x, counts, fn, info)
-    join(tok)
-    return reduce_scatter_p.bind(x, comm=info, op=opinfo,
-                                 counts=counts)[0]
-
-
-@_sharded_requests.start()
-def ireduce_scatter(x, op, *, counts=None, comm=None, token=None) -> Request:
-    """Start reducing ``x``'s blocks over all ranks; rank r gets block r.
-
-    MPI_Ireduce_scatter_block (without ``counts``) or MPI_Ireduce_scatter (with
-    ``counts``), the non-blocking form of ``reduce_scatter``; it matches only
-    ``ireduce_scatter`` of the same form on the other ranks. Without
-    ``counts``, ``x`` has ``size`` rows and block r is row r; with ``counts``,
-    ``x`` has ``sum(counts)`` rows and block r is the ``counts[r]`` rows after
-    those of ranks 0..r-1. Derivatives for ``MPI.SUM``.
-
-    Args:
-        x: the blocks, the same shape and dtype on every rank (see above).
-        op: an mpi4py reduction op (``MPI.SUM``, ...), or a user-defined one.
-        counts: None, or the rows of each rank's block (``size`` static ints).
-        comm: an mpi4py intracommunicator (None: ``get_default_comm()``).
-        token: a token to order this call after (optional, never needed).
-
-    Returns:
-        A ``Request``; ``wait`` on it returns, on rank r, ``op`` over every
-        rank's block r.
-
-    Raises:
-        TypeError: ``op`` is not a reduction op defined for ``x``'s dtype, or
-            ``counts`` is not a sequence of static ints.
-        ValueError: ``x`` has not ``size`` (or ``sum(counts)``) rows, or
-            ``counts`` has not one entry >= 0 per rank.
-        NotImplementedError: a derivative with an ``op`` other than
-            ``MPI.SUM``.
-
-    Example:
-        ``mpirun -n 2``, a gradient summed over ranks, each keeping its slice:
-
-            x = jnp.array([[1., 2.], [3., 4.]]) * (rank + 1)
-            req = mpx.ireduce_scatter(x, MPI.SUM)
-            z = compute(w)
-            y = mpx.wait(req)               # rank 0: [3. 6.], rank 1: [9. 12.]
-    """
-    fn = "ireduce_scatter"
-    info, tok, x, opinfo = reduction_args(fn, x, op, comm, token)
-    counts = v.reduce_scatter_counts(x, counts, fn, info)
-    join(tok)
-    return compose_one(fn, (x,), dict(comm=info, op=opinfo, counts=counts))
+    return _alltoallv("ialltoallv", x, sendcounts, recvcounts, comm,
+                      token).start()

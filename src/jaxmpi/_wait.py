@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from . import _jax_compat as jc
-from . import _registry, _sharded_requests
+from . import _dispatch
+from . import _requests as rq
 from . import _validate as v
-from ._requests import Request, describe, wait_p
-from ._steps import join
+from ._parse import join
+from ._primitives import delivered, waits
 
 
 def wait(request, *, token=None):
@@ -40,32 +40,14 @@ def wait(request, *, token=None):
             z = compute(w)                  # while the message travels
             y = mpx.wait(req)
     """
-    if not isinstance(request, Request):
-        raise TypeError(f"wait: request must be a jaxmpi Request, got "
-                        f"{type(request).__name__}: {request!r}")
-    state = request._state
-    if state.waited:
-        raise RuntimeError(f"jaxmpi.wait: {describe(state)} was already "
-                           "waited: wait each request once")
-    clean = jc.trace_state_clean()
-    current = None if clean else jc.trace_ctx.trace
-    if current is not state.trace:
-        state.waited = True  # the trace fails: nothing of it runs
-        raise RuntimeError(
-            f"jaxmpi.wait: {describe(state)} must be waited in the function "
-            "that started it (the same jit, loop body, cond branch or "
-            "transformation), not in another one")
-    tok = v.token_arg(token, "wait")
-    join(tok)
-    state.waited = True
-    if state.sharded is not None:  # started eagerly on sharded arrays
-        return _sharded_requests.wait(request)
-    results = []
-    for part in request._parts:
-        outs = wait_p.bind(part.handle, *part.bufs, spec=part.spec)
-        after = _registry.STARTS[part.spec.op].after_wait
-        results.append(after(outs, part.spec) if after else outs)
-    return request._finish(results, request._keep)
+    rq.check_waitable(request)
+    join(v.token_arg(token, "wait"))
+    plan = rq.take(request)
+    if plan is not None:  # started eagerly on sharded arrays
+        return _dispatch.wait_sharded(request, plan)
+    parts = rq.parts(request)
+    return rq.finished(request, delivered(waits(parts),
+                                          [spec for _, _, spec in parts]))
 
 
 def waitall(requests, *, token=None):
@@ -97,11 +79,10 @@ def waitall(requests, *, token=None):
         raise TypeError(f"waitall: requests must be a list or tuple of "
                         f"Requests, got {type(requests).__name__}")
     for i, r in enumerate(requests):
-        if not isinstance(r, Request):
+        if not isinstance(r, rq.Request):
             raise TypeError(f"waitall: requests[{i}] must be a jaxmpi "
                             f"Request, got {type(r).__name__}: {r!r}")
-    if len({id(r._state) for r in requests}) != len(requests):
+    if rq.repeated(requests):
         raise RuntimeError("jaxmpi.waitall: the same request appears twice")
-    tok = v.token_arg(token, "waitall")
-    join(tok)
+    join(v.token_arg(token, "waitall"))
     return [wait(r) for r in requests]

@@ -12,13 +12,13 @@ jaxmpi.experimental import notoken`` (this same module).
 from __future__ import annotations
 
 from . import _core
-from ._collectives import (allgather, allreduce, alltoall, barrier, bcast,
-                           exscan, gather, iallgather, iallreduce, ialltoall,
-                           ibarrier, ibcast, iexscan, igather, ireduce, iscan,
-                           iscatter, reduce, scan, scatter)
+from ._reductions import (allreduce, exscan, iallreduce, iexscan, ireduce,
+                          ireduce_scatter, iscan, reduce, reduce_scatter, scan)
+from ._collectives import (allgather, alltoall, barrier, bcast, gather,
+                           iallgather, ialltoall, ibarrier, ibcast, igather,
+                           iscatter, scatter)
 from ._vcollectives import (allgatherv, alltoallv, gatherv, iallgatherv,
-                            ialltoallv, igatherv, ireduce_scatter, iscatterv,
-                            reduce_scatter, scatterv)
+                            ialltoallv, igatherv, iscatterv, scatterv)
 from ._p2p import (ineighbor_exchange, irecv, isend, isendrecv,
                    neighbor_exchange, recv, send, sendrecv)
 from ._topology import (halo_exchange, ihalo_exchange, ineighbor_alltoallv,

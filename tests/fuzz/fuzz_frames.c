@@ -357,8 +357,9 @@ static void bind_stubs(void) {
 
 /* ---- the op table, with the real handlers -------------------------------- */
 
-#define JM_FUZZ_DESC(name, nargs, nrets, templates, attrs)                     \
-  {JM_OP_##name, #name, nargs, nrets, templates, attrs, jm_run_##name},
+#define JM_FUZZ_DESC(name, nargs, nrets, templates, payload, attrs)            \
+  {JM_OP_##name, JM_BLOCKING,   #name,       nargs, nrets, templates,          \
+   payload,      attrs,         jm_run_##name, jm_cuda_run, NULL},
 static const jm_op_desc ops[] = {JM_OPS(JM_FUZZ_DESC)};
 #undef JM_FUZZ_DESC
 #define NOPS ((int)(sizeof ops / sizeof ops[0]))

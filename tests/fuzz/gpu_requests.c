@@ -1,7 +1,8 @@
 /* The GPU path of the non-blocking operations on a machine without a GPU:
- * the CUDA start and wait handlers of the C core (request.c, cuda_staging.c)
- * called with XLA FFI call frames, over a stand-in CUDA driver and a
- * stand-in MPI that keep the orders a real GPU and MPI impose.
+ * the CUDA start and wait handlers of the C core (handlers.c, request_gpu.c,
+ * cuda_staging.c) called with XLA FFI call frames, over a stand-in CUDA
+ * driver and a stand-in MPI that keep the orders a real GPU and MPI
+ * impose.
  *
  * The stand-in driver's "device" memory is host memory, but its streams
  * really queue their work: copies, memsets, event records and waits run in
@@ -58,11 +59,12 @@ static int failures, checks;
   } while (0)
 static char scenario[160];
 
-/* The handlers under test (handlers.c, request.c). */
-#define JM_DECLARE_CUDA(name, nargs, nrets, templates, attrs)                  \
+/* The handlers under test (handlers.c: the starts', the wait's). */
+#define JM_DECLARE_CUDA(name, nargs, nrets, templates, payload, attrs)         \
   XLA_FFI_Error *jaxmpi_ffi_##name##_cuda(XLA_FFI_CallFrame *frame);
 JM_OPS(JM_DECLARE_CUDA)
 JM_IOPS(JM_DECLARE_CUDA)
+JM_WAITS(JM_DECLARE_CUDA)
 #undef JM_DECLARE_CUDA
 
 /* ---- XLA's side: errors, the stream ------------------------------------- */

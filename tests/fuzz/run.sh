@@ -17,10 +17,14 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && PY=.venv/bin/python
 OUT=${JAXMPI_FUZZ_DIR:-build/fuzz}
 
-if ! command -v clang >/dev/null 2>&1; then
+# clang, and its fuzzer and sanitizer runtimes (libclang-rt-dev: only a
+# recommendation of clang's, so an install without recommendations lacks it)
+if ! command -v clang >/dev/null 2>&1 \
+   || [ ! -e "$(clang -print-runtime-dir 2>/dev/null)/libclang_rt.fuzzer-x86_64.a" ]; then
   as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
   as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+    clang libclang-rt-dev >/dev/null
 fi
 
 INC=$("$PY" -c "import jax.ffi; print(jax.ffi.include_dir())")

@@ -57,6 +57,43 @@ def test_debug_log_start_and_end(mpirun, tmp_path, var):
                             lines[5]), lines[5]
 
 
+STARTED = """
+from mpi4py import MPI
+import jax, jax.numpy as jnp
+from jaxmpi import notoken as mpx
+def f(x):
+    req = mpx.iallreduce(x, MPI.SUM)
+    return mpx.wait(req)
+jax.jit(f)(jnp.ones(5, jnp.float32)).block_until_ready()
+"""
+
+
+def test_debug_log_of_a_start_and_its_wait(mpirun, tmp_path):
+    """A start and its wait are calls like any other (the one path of the
+    C core's handlers): each logs its start and end naming its own Python
+    line, and the wait names the start it completes."""
+    script = write(tmp_path, STARTED)
+    job = mpirun(2, script, env={"JAXMPI_DEBUG": "1"})
+    assert job.returncode == 0, job
+    for r in (0, 1):
+        calls = [l for l in job.stderr.splitlines()
+                 if l.startswith(f"jaxmpi r{r}/2 | call #")]
+        assert len(calls) == 4, job
+        assert re.fullmatch(
+            r"jaxmpi r%d/2 \| call #1 iallreduce float32\[5\] at "
+            r"\S*script\.py:6 \(f\) \| start" % r, calls[0]), calls[0]
+        assert re.fullmatch(r"jaxmpi r%d/2 \| call #1 iallreduce at \S*script"
+                            r"\.py:6 \(f\) \| done after [\d.]+ us" % r,
+                            calls[1]), calls[1]
+        assert re.fullmatch(
+            r"jaxmpi r%d/2 \| call #2 wait of iallreduce \(call #1\) at "
+            r"\S*script\.py:7 \(f\) \| start" % r, calls[2]), calls[2]
+        assert re.fullmatch(
+            r"jaxmpi r%d/2 \| call #2 wait at \S*script\.py:7 \(f\) \| "
+            r"(done|pending \(an asynchronous wait\)) after [\d.]+ us" % r,
+            calls[3]), calls[3]
+
+
 HUNG = """
 import sys
 from mpi4py import MPI

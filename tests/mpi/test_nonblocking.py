@@ -200,6 +200,40 @@ def test_fori_loop_iallreduce_overlapping_compute():
     np.testing.assert_allclose(np.asarray(y), mean, rtol=1e-12)
 
 
+def _lowered_wait(f, *args, platform):
+    """The wait's line in f's StableHLO for `platform` (lowered here, no
+    such device needed) and the line defining its token, its last operand."""
+    text = jax.jit(f).trace(*args).lower(lowering_platforms=(platform,)).as_text()
+    lines = text.splitlines()
+    wait = next(l for l in lines if "@jaxmpi_wait(" in l)
+    token = wait.split("@jaxmpi_wait(")[1].split(")")[0].split(", ")[-1]
+    name = token.split("#")[0]
+    return wait, next(l for l in lines if l.strip().startswith(f"{name}:")
+                      or l.strip().startswith(f"{name} ="))
+
+
+def test_gpu_wait_is_lowered_after_the_work_written_before_it():
+    # XLA:GPU runs thunks in its scheduler's order and a GPU wait blocks the
+    # host until MPI completes: a wait tied to nothing came right after its
+    # start, before the work between them (no overlap). On CUDA the wait's
+    # token goes through an optimization barrier with that work's results.
+    x = jnp.asarray(data(RANK, SHAPE, np.float32))
+    w = jnp.eye(3, dtype=np.float32)
+
+    def f(a, m):
+        req = mpx.iallreduce(a, MPI.SUM)
+        z = jax.lax.fori_loop(0, 4, lambda i, b: jnp.tanh(b @ m), m)
+        s = jnp.sin(a).sum()
+        return mpx.wait(req), z, s
+
+    wait, token = _lowered_wait(f, x, w, platform="cuda")
+    assert "stablehlo.optimization_barrier" in token, (wait, token)
+    # the loop's results and the sum: tensors besides the token
+    assert token.count("tensor<3x3xf32>") >= 1 and "tensor<f32>" in token, token
+    _, token = _lowered_wait(f, x, w, platform="cpu")  # CPU's wait is async
+    assert "optimization_barrier" not in token and "jaxmpi_iallreduce" in token
+
+
 def _reducing_loop(nonblocking):
     """A loop whose (SIZE, 2) carry goes through exscan and both forms of
     reduce_scatter each step, with independent work while the requests are

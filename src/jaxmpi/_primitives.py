@@ -1,8 +1,10 @@
-"""How jaxmpi's primitives are made: ``define_blocking`` (a primitive per
-blocking op: its shape rule, eager implementation, and lowering to the
-op's FFI handler with its attributes, call site and the effect's token),
-``define_start`` (a non-blocking start from one row of properties), and
-the autodiff and batching rules they share.
+"""How jaxmpi's primitives are made, each from its row: ``define_blocking``
+(a blocking op: its shape rule, eager implementation, and lowering to the
+op's FFI handler), ``define_start`` (a non-blocking start: the row of
+properties its wait, JVP, transpose and batching read), the wait primitive
+that completes every start, one lowering for all three (``lower_call``:
+the op's attributes, the call's site and the effect's token), and the
+autodiff and batching rules they share.
 
 Autodiff convention (docs/autodiff.md): every op's transpose is its exact
 adjoint, except allreduce, whose result is replicated: by default its
@@ -20,10 +22,9 @@ blocking op's rule puts it.
 
 from __future__ import annotations
 
-import inspect
 import os
 from dataclasses import dataclass
-from functools import partial
+from functools import lru_cache, partial
 from typing import Callable
 
 import jax
@@ -35,18 +36,13 @@ from . import _core, _devices, _registry, _validate
 from . import _jax_compat as jc
 from ._effect import join_token_lowering, lower_with_token, mpi_effect
 from ._region import apply_in_region
-from ._requests import HANDLE_AVAL, WaitSpec, raise_if_dropped, wait_p
+from ._requests import raise_if_dropped
 
 # XLA:CPU and XLA:GPU (CUDA) lower every op to the same custom call name; the
 # C core registers a handler for each platform (csrc/cuda_staging.c moves GPU
 # data).
 LOWERING_PLATFORMS = ("cpu", "cuda")
 
-# JAX >= 0.7 lowers equal equations (same params and shapes) once per module
-# and calls the one body from each; ours are lowered each in place, so that
-# each call carries its own source line (`site`).
-_UNCACHED = ({"cacheable": False} if "cacheable" in
-             inspect.signature(jc.mlir.register_lowering).parameters else {})
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
@@ -107,7 +103,8 @@ def site(ctx) -> int:
 def lower_call(ctx, target, operands, params, aliases=None):
     """The call of C handler jaxmpi_<target> on `operands`, with the FFI
     attributes among `params`, the call's site and the effect's token
-    (`aliases`: XLA's operand_output_aliases)."""
+    (`aliases`: XLA's operand_output_aliases): every blocking op, start and
+    wait is lowered here."""
     rule = jax.ffi.ffi_lowering(f"jaxmpi_{target}", has_side_effect=True,
                                 **({"operand_output_aliases": aliases}
                                    if aliases else {}))
@@ -122,32 +119,42 @@ def register_lowering(prim, lowering) -> None:
     """`lowering` for both platforms, lowered at each call (its site)."""
     for platform in LOWERING_PLATFORMS:
         jc.mlir.register_lowering(prim, lowering, platform=platform,
-                                  **_UNCACHED)
+                                  **jc.UNCACHED)
 
 
 class MPIPrimitive(jc.Primitive):
     """A jaxmpi primitive: inside shard_map its operands are first made to
     vary over the mesh axes its results will (_devices.vary_operands), so
-    that its transpose gives each operand a cotangent of its own type."""
+    that its transpose gives each operand a cotangent of its own type.
+    `messages`: its results are messages from peers (its row says)."""
+
+    def __init__(self, name, messages=False):
+        super().__init__(name)
+        self.multiple_results = True
+        self.messages = messages
 
     def bind(self, *args, **params):
-        return super().bind(*_devices.vary_operands(args, params), **params)
+        return super().bind(*_devices.vary_operands(args, self.messages),
+                            **params)
 
 
-def define_blocking(name: str, shape_rule, aliases=None):
+def define_blocking(name: str, shape_rule, aliases=None, *, messages=False,
+                    targets=()):
     """The primitive jaxmpi_<name> of a blocking op, registered in
     _registry.BLOCKING: its results have the avals `shape_rule` gives, it
     runs eagerly as a cached one-op region, and it lowers to the C handler
     of the same name (`aliases`: {operand: result} sharing a buffer, as
     XLA's operand_output_aliases, or a function of the op's parameters
-    giving that, for ops whose shapes differ between ranks). An op whose
-    lowering differs registers its own with ``register_lowering``."""
-    prim = MPIPrimitive(f"jaxmpi_{name}")
-    prim.multiple_results = True
+    giving that, for ops whose shapes differ between ranks; `messages`: its
+    results are messages from peers, typed inside shard_map as varying over
+    every manual axis). An op whose lowering differs registers its own with
+    ``register_lowering``, and names the other C handlers it calls in
+    `targets`."""
+    prim = MPIPrimitive(f"jaxmpi_{name}", messages)
     prim.def_impl(partial(apply_in_region, prim))
     prim.def_effectful_abstract_eval(
         lambda *avals, **params: (_devices.typed(
-            shape_rule(*avals, **params), avals, params), {mpi_effect}))
+            shape_rule(*avals, **params), avals, messages), {mpi_effect}))
 
     def lowering(ctx, *operands, **params):
         return lower_call(ctx, name, operands, params,
@@ -155,6 +162,7 @@ def define_blocking(name: str, shape_rule, aliases=None):
 
     register_lowering(prim, lowering)
     _registry.BLOCKING[name] = prim
+    _registry.TARGETS["blocking"] |= {name, *targets}
     return prim
 
 
@@ -274,6 +282,11 @@ for _platform in LOWERING_PLATFORMS:
 
 # ---- non-blocking starts -----------------------------------------------------
 
+# The abstract value of a request's handle (csrc/request.h): a float32
+# scalar, so that a tangent request travels with its primal through JAX's
+# autodiff (integers get empty float0 tangents).
+HANDLE_AVAL = jc.ShapedArray((), np.dtype(np.float32))
+
 
 @dataclass(frozen=True)
 class Backward:
@@ -295,6 +308,30 @@ def batch_in_front(**params):
     return 0, None
 
 
+def one_result(results, keep):
+    """A start's wait: its one result, or None (isend, ibarrier)."""
+    return results[0][0] if results[0] else None
+
+
+def every_result(results, keep):
+    """A start's wait: every result, as a tuple (ineighbor_exchange's
+    pairs)."""
+    return tuple(results[0])
+
+
+@dataclass(frozen=True)
+class WaitSpec:
+    """What a wait needs to know of its start (static, hashable): the
+    start's name, its parameters and which of its buffers are results."""
+
+    op: str
+    params: tuple          # the start's parameters, as sorted items
+    results: tuple         # indices of the buffers that are the op's results
+
+    def param(self, name):
+        return dict(self.params)[name]
+
+
 @dataclass(frozen=True)
 class Start:
     """A non-blocking start, one row (_registry.STARTS[name]): its
@@ -308,6 +345,7 @@ class Start:
     jvp_check: Callable | None
     batch_axes: Callable
     after_wait: Callable | None
+    finish: Callable
 
     def wait_spec(self, operands, params) -> WaitSpec:
         res = self.results
@@ -323,7 +361,8 @@ class Start:
 
 def define_start(name, *, buffers, aliases, results, backward,
                  jvp_check=None, batch_axes=batch_in_front, after_wait=None,
-                 target=None):
+                 finish=one_result, target=None, targets=(),
+                 messages=False):
     """The start primitive jaxmpi_<name> and its row in _registry.STARTS.
 
     buffers: the shape rule of the buffers the request uses (avals, from the
@@ -338,11 +377,13 @@ def define_start(name, *, buffers, aliases, results, backward,
         form.
     after_wait: (results, WaitSpec) -> results, what the wait makes of its
         results (iexscan: rank 0's identity).
+    finish: (each start's results, kept arrays) -> what the wait of this
+        start alone returns (one_result, every_result).
     target: a function of the parameters naming the C start where it is
-        not `name` (one of _registry.EXTRA_START_TARGETS).
+        not `name`; `targets`, the C starts it may name.
+    messages: its results are messages from peers (define_blocking's).
     """
-    prim = MPIPrimitive(f"jaxmpi_{name}")
-    prim.multiple_results = True
+    prim = MPIPrimitive(f"jaxmpi_{name}", messages)
 
     def impl(*args, rid, **params):
         # Eagerly a request is tracked by its Request object, not by rid
@@ -352,29 +393,22 @@ def define_start(name, *, buffers, aliases, results, backward,
     prim.def_impl(impl)
     prim.def_effectful_abstract_eval(
         lambda *avals, rid, **params: (_devices.typed(
-            [HANDLE_AVAL, *buffers(*avals, **params)], avals, params,
+            [HANDLE_AVAL, *buffers(*avals, **params)], avals, messages,
             extra=(0,)), {mpi_effect}))
 
-    def rule_for(aliases, c_name=name):
-        return jax.ffi.ffi_lowering(
-            f"jaxmpi_{c_name}", has_side_effect=True,
-            operand_output_aliases={i: 1 + o for i, o in aliases.items()})
-
-    fixed = None if callable(aliases) or target else rule_for(aliases)
-
     def lowering(ctx, *operands, rid, **params):
-        rule = fixed or rule_for(
-            aliases(len(operands), **params) if callable(aliases) else aliases,
-            target(**params) if target else name)
         raise_if_dropped(rid)
+        shared = aliases(len(operands), **params) if callable(aliases) \
+            else aliases
         # A parameter that is None (counts of equal blocks) is no attribute.
-        return lower_with_token(ctx, rule, *operands, **attributes(params))
+        return lower_call(ctx, target(**params) if target else name, operands,
+                          params, {i: 1 + o for i, o in shared.items()})
 
-    for platform in LOWERING_PLATFORMS:
-        jc.mlir.register_lowering(prim, lowering, platform=platform)
+    register_lowering(prim, lowering)
     row = Start(name, prim, results, backward, jvp_check, batch_axes,
-                after_wait)
+                after_wait, finish)
     _registry.STARTS[name] = row
+    _registry.TARGETS["start"] |= {name, *targets}
     jc.ad.primitive_jvps[prim] = partial(_start_jvp, row)
     jc.ad.primitive_transposes[prim] = partial(_start_transpose, row)
     jc.batching.primitive_batchers[prim] = partial(_start_batcher, row)
@@ -418,6 +452,114 @@ def _start_batcher(row, args, dims, *, rid, **params):
                                      in params["recv_avals"])
     out = row.prim.bind(*args, rid=rid, **params)
     return out, [None, *(buf_axes or [0] * (len(out) - 1))]
+
+
+# ---- the wait ---------------------------------------------------------------
+# jaxmpi_wait(handle, every buffer of the request, token) -> the op's
+# results, aliased to their buffers (csrc/request.h): the buffers reach it
+# as the start left them (XLA keeps them alive until here), and the wait is
+# an asynchronous XLA FFI handler: a request not yet complete does not hold
+# XLA:CPU's executor.
+
+wait_p = jc.Primitive("jaxmpi_wait")
+wait_p.multiple_results = True
+_registry.WAITS["wait"] = wait_p
+_registry.TARGETS["wait"].add("wait")
+
+
+def _wait_abstract(handle, *bufs, spec):
+    return [bufs[i] for i in spec.results], {mpi_effect}
+
+
+wait_p.def_effectful_abstract_eval(_wait_abstract)
+
+
+@lru_cache(maxsize=None)
+def _eager_wait(spec):
+    # Eagerly the buffers are arguments of the wait's own program: donated,
+    # so that XLA hands the handler the very buffers MPI writes (an aliased
+    # argument not donated would be copied before the call).
+    donate = tuple(1 + i for i in spec.results)
+    return jax.jit(lambda h, *bufs: wait_p.bind(h, *bufs, spec=spec),
+                   donate_argnums=donate)
+
+
+wait_p.def_impl(lambda *args, spec: _eager_wait(spec)(*args))
+
+
+def _wait_lowering(ctx, handle, *bufs, spec):
+    return lower_call(ctx, "wait", (handle, *bufs), {},
+                      {1 + i: k for k, i in enumerate(spec.results)})
+
+
+def _computed_since(value):
+    """The tensors computed after `value`'s operation in the current block
+    and not used there yet: every operation emitted since (what the program
+    computes between a start and its wait) either has one of them among its
+    results or feeds one of them. Empty where `value` is not an operation's
+    result in this block."""
+    start = value.owner
+    block = jc.ir.InsertionPoint.current.block
+    if not isinstance(start, (jc.ir.Operation, jc.ir.OpView)):
+        return []
+    start = start.operation
+    found, since = False, []
+    for op in block.operations:
+        op = op.operation
+        if not found:
+            found = op == start
+            continue
+        since.extend(r for r in op.results
+                     if str(r.type).startswith("tensor<")
+                     and next(iter(r.uses), None) is None)
+    return since
+
+
+def _wait_lowering_gpu(ctx, handle, *bufs, spec):
+    """The wait on XLA:GPU, after everything its program computes between
+    the start and the wait. A GPU wait blocks XLA's host thread until MPI
+    completes (XLA:GPU takes no future), and XLA:GPU runs its thunks in the
+    order its scheduler chose, which puts a wait that no data ties to the
+    computation before it right after its start: nothing was enqueued on
+    the GPU to overlap with (H200, benchmarks/overlap.py --gpu: T = C + M,
+    efficiency 0.01-0.02 at 64 B and 512 KiB). The effect token the wait
+    takes goes through an optimization barrier with the tensors computed
+    since the start (_computed_since), so that the wait comes after them,
+    as written."""
+    since = _computed_since(handle)
+    if not since:
+        return _wait_lowering(ctx, handle, *bufs, spec=spec)
+    token = ctx.tokens_in.get(mpi_effect)
+    barrier = jc.hlo.OptimizationBarrierOp([token, *since])
+    inner = ctx.replace(tokens_in=ctx.tokens_in.update_tokens(
+        jc.mlir.TokenSet({mpi_effect: barrier.results[0]})))
+    outs = _wait_lowering(inner, handle, *bufs, spec=spec)
+    ctx.set_tokens_out(inner.tokens_out)
+    return outs
+
+
+# Lowered at each call (its site), with a wait handler in the C core for
+# each platform.
+jc.mlir.register_lowering(wait_p, _wait_lowering, platform="cpu", **jc.UNCACHED)
+jc.mlir.register_lowering(wait_p, _wait_lowering_gpu, platform="cuda",
+                          **jc.UNCACHED)
+
+
+def waits(parts):
+    """The wait of each part of a request, in order: the results MPI
+    delivered to each (parts: (handle, buffers, WaitSpec) each)."""
+    return [wait_p.bind(handle, *bufs, spec=spec)
+            for handle, bufs, spec in parts]
+
+
+def delivered(results, specs):
+    """What each part's wait gives: its results as its start's row makes
+    them (after_wait)."""
+    out = []
+    for outs, spec in zip(results, specs):
+        after = _registry.STARTS[spec.op].after_wait
+        out.append(after(outs, spec) if after else outs)
+    return out
 
 
 def _wait_jvp(primals, tangents, *, spec):
