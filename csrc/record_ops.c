@@ -59,7 +59,7 @@ static void describe(const jm_call *c, jm_record_call *w) {
   w->link = 0;
 }
 
-/* Blocking ops come first in the op table (ops.h), then the starts. */
+/* Blocking ops come first in the op table (ops.h): the eager path's. */
 #define JM_COUNT_OP(name, nargs, nrets, templates, payload, attrs) +1
 enum { JM_NBLOCKING = 0 JM_OPS(JM_COUNT_OP) };
 #undef JM_COUNT_OP
@@ -69,7 +69,7 @@ jm_record_ref jm_record_op(const jm_call *c, const jm_op_desc *desc) {
   jm_record_call w;
   describe(c, &w);
   w.op = desc->name;
-  if (desc->id >= JM_NBLOCKING) w.flags |= JM_REC_START;
+  if (desc->kind == JM_START) w.flags |= JM_REC_START;
   return jm_record_begin(&w);
 }
 

@@ -1,6 +1,7 @@
 /* What the flight recorder (record.h) is told of jaxmpi's own calls: a
- * decoded call (handlers.c's dispatch), the wait of a start (request.c),
- * an eager call Python makes through mpi4py. Above ffi.c. */
+ * decoded call (handlers.c's dispatch), the wait of a start (wait.c, when
+ * the wait's call finds its request), an eager call Python makes through
+ * mpi4py. Above ffi.c. */
 #ifndef JAXMPI_RECORD_OPS_H
 #define JAXMPI_RECORD_OPS_H
 
@@ -11,7 +12,7 @@
 jm_record_ref jm_record_op(const jm_call *c, const jm_op_desc *desc);
 /* Begin recording the wait of the start whose call is `start` (a
  * request's copy: its rec is the start's entry); ended when the request
- * completes. */
+ * completes (request.c). */
 jm_record_ref jm_record_wait_of(const jm_call *start);
 
 /* The eager path (_eager.py): a blocking collective `op` (JM_OP_<name>)
