@@ -185,7 +185,9 @@ static void rings_free(jm_rings *rs) {
 }
 
 /* Read every rank-<r>.ring of dir; with `fresh_after` (CLOCK_REALTIME ns,
- * 0: any), only rings written since. */
+ * 0: any), only rings written since. The job is the newest ring's: rings
+ * of another size are an earlier job's left in the directory (a job of 3
+ * ranks' rank-1 and rank-2 beside a later job's rank-0 of 1). */
 static void rings_read(const char *dir, int64_t fresh_after, jm_rings *rs) {
   memset(rs, 0, sizeof *rs);
   DIR *d = opendir(dir);
@@ -221,8 +223,12 @@ static void rings_read(const char *dir, int64_t fresh_after, jm_rings *rs) {
   }
   closedir(d);
   int size = 0;
+  int64_t newest = 0;
   for (int i = 0; i < nfound; i++)
-    if (found[i].h.size > size) size = found[i].h.size;
+    if (!size || found[i].h.dump_real_ns > newest) {
+      size = found[i].h.size;
+      newest = found[i].h.dump_real_ns;
+    }
   if (size) rs->r = calloc((size_t)size, sizeof *rs->r);
   if (rs->r) rs->size = size;
   for (int i = 0; i < nfound; i++) {

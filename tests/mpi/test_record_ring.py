@@ -8,6 +8,7 @@ tests/launch/test_record.py has the planted hangs and the trace."""
 import json
 import os
 import signal
+import struct
 import tempfile
 import time
 
@@ -228,6 +229,26 @@ def test_an_mpi_error_writes_the_ring():
     assert failed["state"] == "failed", failed
     assert (failed["peer"], failed["peer2"]) == (LEFT, RIGHT), failed
     WORLD.Barrier()
+
+
+def test_rings_an_earlier_job_left_are_not_read_as_this_jobs(tmp_path):
+    # A directory reused by jobs of different sizes: beside this job's ring,
+    # one a larger job wrote a minute ago. The reader takes the newest
+    # ring's job (it once took the largest, and lost this job's).
+    assert REC.lib.jaxmpi_record_dump_to(str(tmp_path).encode(), b"now") == 0
+    mine = tmp_path / f"rank-{RANK}.ring"
+    data = bytearray(mine.read_bytes())
+    # The header (record.h, jm_ring_header): rank and size at 32, the dump's
+    # CLOCK_REALTIME at 96.
+    assert data[:11] == b"jaxmpi ring"
+    assert struct.unpack_from("=ii", data, 32) == (RANK, SIZE)
+    (written,) = struct.unpack_from("=q", data, 96)
+    struct.pack_into("=ii", data, 32, SIZE, SIZE + 1)
+    struct.pack_into("=q", data, 96, written - 60 * 10**9)
+    (tmp_path / f"rank-{SIZE}.ring").write_bytes(bytes(data))
+    ring = read_ring(str(tmp_path), RANK)
+    assert ring is not None and ring["dump_real_ns"] == written, ring
+    assert ring["size"] == SIZE, ring
 
 
 def test_the_directory_is_named_after_the_job():
