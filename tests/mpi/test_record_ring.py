@@ -45,7 +45,7 @@ def line_of(marker):
 
 def site_of(marker, function):
     """The site text jaxmpi records for the call marked `marker` (as
-    _define.site writes it: the path from the working directory)."""
+    _primitives.site writes it: the path from the working directory)."""
     path = os.path.relpath(HERE)
     path = HERE if path.startswith("..") else path
     return f"{path}:{line_of(marker)} ({function})"
@@ -149,9 +149,9 @@ def test_other_communicators_have_their_own_numbers_and_members():
 
 
 def nonblocking_step(x):
-    r = mpx.iallreduce(x, MPI.SUM)
-    s = mpx.isend(x, RIGHT, tag=9)
-    q = mpx.irecv(x, LEFT, tag=9)
+    r = mpx.iallreduce(x, MPI.SUM)  # REC:iallreduce
+    s = mpx.isend(x, RIGHT, tag=9)  # REC:isend
+    q = mpx.irecv(x, LEFT, tag=9)  # REC:irecv
     y, _, z = mpx.waitall([r, s, q])
     return y, z
 
@@ -164,10 +164,12 @@ def test_starts_and_their_waits_are_recorded():
     assert [e["op"] for e in starts] == ["iallreduce", "isend", "irecv"]
     assert [w["kind"] for w in waits] == ["iallreduce", "isend", "irecv"]
     for s, w in zip(starts, waits):
-        # A wait names its start and carries its numbers and peers.
+        # A start carries its line; a wait names its start and carries its
+        # numbers, peers and line.
+        assert s["site"] == site_of(s["op"], "nonblocking_step"), s
         assert w["link"] == s["number"] and w["seq"] == s["seq"], (s, w)
-        assert (w["peer"], w["tag"], w["comm"]) == (s["peer"], s["tag"],
-                                                    s["comm"]), (s, w)
+        assert (w["peer"], w["tag"], w["comm"], w["site"]) == (
+            s["peer"], s["tag"], s["comm"], s["site"]), (s, w)
         assert "wait" in w["flags"] and w["state"] == "done", w
         assert s["bytes"] == 40 and s["dtype"] == "float64", s
     assert (starts[1]["peer"], starts[1]["tag"]) == (RIGHT, 9)
