@@ -10,8 +10,8 @@
  * is also appended to DIR/rank-<r>.trace.bin, turned into Chrome trace
  * events at exit.
  *
- * The API a caller uses (handlers.c through record_ops.c, request.c, the
- * native layer):
+ * The API a caller uses (handlers.c and wait.c through record_ops.c,
+ * request.c, the native layer):
  *
  *   jm_record_call what = {.op = "allreduce", .comm = comm, ...};
  *   jm_record_ref ref = jm_record_begin(&what);   before the MPI calls
