@@ -429,6 +429,12 @@ MUTANTS = [
            "    w->peer = peer_of(c->rank);\n    w->tag = c->tag;",
            "the flight recorder records a receive's own rank as its source",
            (REC,), select="starts"),
+    Mutant("c-record-wait-not-ended-at-completion", "csrc/request.c",
+           "  jm_record_end(r->call.rec, err ? JM_REC_FAILED : JM_REC_DONE);\n"
+           "  return err;",
+           "  return err;",
+           "a wait's record is not ended when its request completes (only "
+           "when the request is freed: failed)", (REC,), select="starts"),
     Mutant("c-trace-clocks-not-aligned", "csrc/record.c",
            "        *offset_ns = t - (t0 + (t1 - t0) / 2);",
            "        *offset_ns = 0;",
