@@ -233,22 +233,26 @@ def test_an_mpi_error_writes_the_ring():
     WORLD.Barrier()
 
 
-def test_rings_an_earlier_job_left_are_not_read_as_this_jobs(tmp_path):
+def test_rings_an_earlier_job_left_are_not_read_as_this_jobs():
     # A directory reused by jobs of different sizes: beside this job's ring,
     # one a larger job wrote a minute ago. The reader takes the newest
-    # ring's job (it once took the largest, and lost this job's).
-    assert REC.lib.jaxmpi_record_dump_to(str(tmp_path).encode(), b"now") == 0
-    mine = tmp_path / f"rank-{RANK}.ring"
-    data = bytearray(mine.read_bytes())
-    # The header (record.h, jm_ring_header): rank and size at 32, the dump's
-    # CLOCK_REALTIME at 96.
-    assert data[:11] == b"jaxmpi ring"
-    assert struct.unpack_from("=ii", data, 32) == (RANK, SIZE)
-    (written,) = struct.unpack_from("=q", data, 96)
-    struct.pack_into("=ii", data, 32, SIZE, SIZE + 1)
-    struct.pack_into("=q", data, 96, written - 60 * 10**9)
-    (tmp_path / f"rank-{SIZE}.ring").write_bytes(bytes(data))
-    ring = read_ring(str(tmp_path), RANK)
+    # ring's job (it once took the largest, and lost this job's). (A
+    # directory of its own per rank, not pytest's tmp_path: the ranks'
+    # pytest sessions would clean up each other's.)
+    with tempfile.TemporaryDirectory(prefix="jaxmpi-rings-") as d:
+        assert REC.lib.jaxmpi_record_dump_to(d.encode(), b"now") == 0
+        with open(os.path.join(d, f"rank-{RANK}.ring"), "rb") as f:
+            data = bytearray(f.read())
+        # The header (record.h, jm_ring_header): rank and size at 32, the
+        # dump's CLOCK_REALTIME at 96.
+        assert data[:11] == b"jaxmpi ring"
+        assert struct.unpack_from("=ii", data, 32) == (RANK, SIZE)
+        (written,) = struct.unpack_from("=q", data, 96)
+        struct.pack_into("=ii", data, 32, SIZE, SIZE + 1)
+        struct.pack_into("=q", data, 96, written - 60 * 10**9)
+        with open(os.path.join(d, f"rank-{SIZE}.ring"), "wb") as f:
+            f.write(data)
+        ring = read_ring(d, RANK)
     assert ring is not None and ring["dump_real_ns"] == written, ring
     assert ring["size"] == SIZE, ring
 
