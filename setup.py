@@ -21,6 +21,7 @@ import os
 
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
 
 try:  # setuptools >= 70.1 has its own; older ones use the wheel package's
     from setuptools.command.bdist_wheel import bdist_wheel
@@ -61,7 +62,26 @@ class build_shared_libraries(build_ext):
         super().run()
 
 
-cmdclass = {"build_ext": build_shared_libraries}
+class build_py_with_startup_hook(build_py):
+    """build_py, plus jaxmpi's start-up hook at the top of the wheel
+    (site-packages/jaxmpi-startup.pth): one line that imports
+    _jaxmpi_startup only when JAXMPI_MPI4JAX or JAXMPI_DISTRIBUTED is set
+    (src/_jaxmpi_startup.py says what it does)."""
+
+    HOOK = "jaxmpi-startup.pth"
+
+    def run(self):
+        super().run()
+        self.copy_file(os.path.join("src", self.HOOK),
+                       os.path.join(self.build_lib, self.HOOK))
+
+    def get_outputs(self, include_bytecode=1):
+        return [*super().get_outputs(include_bytecode),
+                os.path.join(self.build_lib, self.HOOK)]
+
+
+cmdclass = {"build_ext": build_shared_libraries,
+            "build_py": build_py_with_startup_hook}
 if bdist_wheel is not None:
 
     class bdist_wheel_any_python(bdist_wheel):
@@ -100,10 +120,23 @@ extensions = [
         extra_compile_args=cflags,
         extra_link_args=ldflags,
         libraries=["dl", "pthread"],
-        depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/abi/*.h")),
+        depends=sorted(glob.glob("csrc/*.h") + glob.glob("csrc/abi/*.h")
+                       + glob.glob("csrc/xla/*.h")),
     )
     for family in ("mpich", "openmpi", "mpiabi")
 ]
+# The library jaxlib's MPItrampoline loads for XLA's MPI collectives
+# (MPITRAMPOLINE_LIB): every symbol of csrc/xla/abi.h's table, no MPI, the
+# same for every family; the C core serves its calls once attached
+# (docs/design.md, "Plain JAX on MPI").
+extensions.append(Extension(
+    "jaxmpi._xla_mpi",
+    sources=["csrc/xla/surface.c"],
+    include_dirs=["csrc/xla"],
+    extra_compile_args=cflags,
+    extra_link_args=ldflags,
+    depends=["csrc/xla/abi.h"],
+))
 
 # Sanitized and plain objects must never be mixed: separate build trees.
 build_base = "build/sanitize-" + sanitize.replace(",", "-") if sanitize else "build/plain"

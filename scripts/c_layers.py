@@ -29,6 +29,7 @@ LAYERS = [
      "record"],                  # the flight recorder's ring, dumps, trace
     ["mpi_calls",                # large counts, every call through the watchdog
      "record_read"],             # the verdict; rings and traces read back
+    ["native"],                  # the MPI calls of XLA's own collectives
     ["ffi"],                     # jm_call, frame decoding, errors, debug log
     ["cuda_staging",             # GPU staging, jm_copy / jm_zero
      "record_ops"],              # jaxmpi's calls as the recorder sees them

@@ -58,10 +58,15 @@ sdist_files=$(tar tzf "$sdist")
 for family in mpich openmpi mpiabi; do
   grep -qx "jaxmpi/_core_$family.so" <<<"$wheel_files" || fail "no jaxmpi/_core_$family.so in the wheel"
 done
+# The plain-JAX route: the MPI layer jaxlib loads, the start-up hook and its
+# module, at the top of site-packages (docs/native.md).
+for f in jaxmpi/_xla_mpi.so jaxmpi-startup.pth _jaxmpi_startup.py; do
+  grep -qx "$f" <<<"$wheel_files" || fail "no $f in the wheel"
+done
 grep -q "cpython\|abi3" <<<"$wheel_files" && fail "a library tied to one Python in the wheel"
 grep -qE "dist-info/(licenses/)?LICENSE$" <<<"$wheel_files" || fail "no LICENSE in the wheel"
 grep -qx "jaxmpi-$version/LICENSE" <<<"$sdist_files" || fail "no LICENSE in the sdist"
-for h in csrc/*.h csrc/abi/*.h csrc/*.c; do
+for h in csrc/*.h csrc/abi/*.h csrc/*.c csrc/xla/*.h csrc/xla/*.c src/jaxmpi-startup.pth; do
   grep -qx "jaxmpi-$version/$h" <<<"$sdist_files" || fail "$h not in the sdist"
 done
 echo "wheel $(basename "$whl"): the three cores, LICENSE; sdist: sources, headers, LICENSE"

@@ -67,6 +67,8 @@ DEV_SHARDED = "tests/devices/test_sharded.py"
 REC = "tests/mpi/test_record_ring.py"
 # The planted hangs and the trace (each run starts its own MPI jobs).
 REC_JOBS = "tests/launch/test_record.py"
+# Plain JAX programs over jaxmpi's MPI layer for XLA (run under the route).
+NATIVE = "tests/native/test_collectives.py"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Mutant:
     gpu: bool = False  # only a GPU run can kill it
     select: str = ""  # pytest -k: the tests that concern it (faster runs)
     devices: int = 1  # forced host devices per process (tests/devices)
+    route: bool = False  # run under python -m jaxmpi.distributed (tests/native)
 
 
 MUTANTS = [
@@ -440,6 +443,21 @@ MUTANTS = [
            "        *offset_ns = 0;",
            "the trace's clocks are not aligned with rank 0's", (REC_JOBS,),
            select="aligned"),
+    # ---- C core: XLA's own collectives (csrc/native.c, tests/native) ----
+    Mutant("c-native-alltoall-swap", "csrc/native.c",
+           "jm_Sendrecv(s, sn, ssize, stype, rank_in(dest), stag, r, rn, rsize,\n"
+           "                       rtype, rank_in(source),",
+           "jm_Sendrecv(s, sn, ssize, stype, rank_in(source), stag, r, rn, rsize,\n"
+           "                       rtype, rank_in(dest),",
+           "XLA's all-to-all: each pair's MPI_Sendrecv sends where it should "
+           "receive from", (NATIVE,), select="every_collective", route=True),
+    Mutant("c-native-allreduce-op", "csrc/native.c",
+           "jm_Allreduce(send_buffer(s, r), r, n, size,\n"
+           "                                           type, mop,",
+           "jm_Allreduce(send_buffer(s, r), r, n, size,\n"
+           "                                           type, ops[JM_XLA_INDEX(JM_XLA_MAX)],",
+           "XLA's all-reduce: every reduction made with MPI_MAX", (NATIVE,),
+           select="every_collective", route=True),
 ]
 
 # Mutants the suite cannot kill, and why (CONTRIBUTING.md has the same list).
@@ -509,12 +527,14 @@ def launcher(python):
     return [os.path.join(os.path.dirname(python), "mpiexec")]
 
 
-def run_tests(tree, files, n, args, select="", devices=1):
+def run_tests(tree, files, n, args, select="", devices=1, route=False):
     """(passed, seconds, what failed) for files at n ranks of `devices`
     devices each in tree (select: a pytest -k expression; all of files if
-    empty)."""
+    empty; route: under python -m jaxmpi.distributed)."""
     cmd = ["timeout", "-k", "10", str(args.run_timeout), *launcher(args.python),
-           "-n", str(n), args.python, "-m", "pytest", "-q", "-x",
+           "-n", str(n), args.python,
+           *(["-m", "jaxmpi.distributed"] if route else []),
+           "-m", "pytest", "-q", "-x",
            "-p", "no:cacheprovider", "--timeout-method=thread",
            f"--timeout={args.test_timeout}", "--color=no", *files,
            *(["-k", select] if select else [])]
@@ -557,7 +577,7 @@ def check_mutant(m, base, args, gpu):
                         "seconds": time.monotonic() - t0}
         for n in args.ranks:
             passed, _, why = run_tests(tree, list(m.tests), n, args, m.select,
-                                       m.devices)
+                                       m.devices, m.route)
             if not passed:
                 at = f"{n} ranks" + (f" x {m.devices} devices" if m.devices > 1 else "")
                 return {"status": "killed", "detail": f"{at}: {why}",
@@ -625,11 +645,13 @@ def main():
         if not where.startswith(os.path.realpath(base)) and not where.startswith(base):
             raise SystemExit(f"the copy's jaxmpi is not the one imported: {where}")
         if not args.no_baseline:
-            for d in sorted({m.devices for m in chosen}):
+            for d, route in sorted({(m.devices, m.route) for m in chosen}):
                 files = sorted({f for m in chosen for f in m.tests
-                                if m.devices == d and not (m.gpu and not gpu)})
+                                if (m.devices, m.route) == (d, route)
+                                and not (m.gpu and not gpu)})
                 for n in args.ranks if files else []:
-                    passed, dt, why = run_tests(base, files, n, args, devices=d)
+                    passed, dt, why = run_tests(base, files, n, args, devices=d,
+                                                route=route)
                     at = f"{n} ranks" + (f" x {d} devices" if d > 1 else "")
                     print(f"unmutated: {' '.join(files)} at {at}: "
                           f"{'pass' if passed else 'FAIL ' + why} ({dt:.0f}s)",

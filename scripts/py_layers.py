@@ -33,10 +33,12 @@ NAME = "jaxmpi"
 # other.
 LAYERS = [
     ("0", ["_version", "_jax_compat", "_dtypes", "_cache",  # facts, caches;
-           "_commands"]),                           # the file readers' start
-    ("1", ["_errors", "_faults"]),                  # errors
+           "_commands", "_boot"]),                  # the file readers' start;
+                                                    # the plain-JAX route's boot
+    ("1", ["_errors", "_faults", "_runner"]),       # errors; running a target
     ("2", ["_core", "_threads"]),                   # the C core, one thread
-    ("2.1", ["_recorder"]),                         # flight recorder, trace
+    ("2.1", ["_recorder", "_native"]),              # flight recorder, trace;
+                                                    # XLA's MPI layer attached
     ("3.0", ["_effect"]),                           # the ordered effect, mesh
     ("3.1", ["_devices"]),                          # communicators per device
     ("3.2", ["_validate"]),                         # argument checks
@@ -51,7 +53,7 @@ LAYERS = [
              "_topology", "_wait"]),                # public operations
     ("8.0", ["notoken"]),                           # the one list
     ("8.1", ["__init__"]),                          # the token API
-    ("8.2", ["experimental", "__main__", "mpi4jax",
+    ("8.2", ["experimental", "__main__", "mpi4jax", "distributed",
              "record", "trace"]),                   # python -m jaxmpi.*
 ]
 

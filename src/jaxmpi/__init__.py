@@ -20,6 +20,7 @@ from __future__ import annotations
 # First: python -m jaxmpi.record / jaxmpi.trace read files; importing
 # _commands runs them and exits, before MPI or JAX is loaded (it says why).
 from . import _commands  # noqa: F401
+from . import _boot  # then: the plain-JAX route acts before jax is imported
 import atexit as _atexit
 import functools as _functools
 import inspect as _inspect

@@ -123,6 +123,14 @@ def _manual_mesh(ctx):
     return m if m is not None and m.all_manual else None
 
 
+def _processes(ctx) -> set:
+    """The process indices of the devices of the lowering's mesh (empty
+    where the mesh is abstract or there is none)."""
+    m = getattr(ctx.module_context.axis_context, "mesh", None)
+    return {getattr(d, "process_index", 0)
+            for d in getattr(getattr(m, "devices", None), "flat", ())}
+
+
 def _position(ctx, n: int):
     """The position in the mesh of the device running a shard_map body over
     n devices, as an int32 scalar: its partition id, the device's flat index
@@ -133,6 +141,21 @@ def _position(ctx, n: int):
             f"{_call_name(ctx)} was traced inside shard_map over {n} devices "
             "but is compiled outside it: keep jaxmpi calls inside the "
             "shard_map body whose mesh they were traced for")
+    processes = _processes(ctx)
+    if len(processes) > 1:
+        # Each position of jaxmpi's mesh pairs with the same position of
+        # every other process: a global mesh has each position in one
+        # process only, and the call would wait for peers that never come.
+        raise ValueError(
+            f"{_call_name(ctx)} inside shard_map over a mesh of devices of "
+            f"{len(processes)} processes (a global mesh, after "
+            "jax.distributed.initialize()): jaxmpi's operations run over a "
+            "mesh of each process's own devices, pairing each with the same "
+            "position of the other processes' meshes. Over a global mesh use "
+            "JAX's collectives (lax.psum, all_gather, ppermute, ...: over MPI "
+            "under python -m jaxmpi.distributed), or call jaxmpi on each "
+            "process's local data (x.addressable_data(0)) outside it "
+            "(docs/native.md)")
     if any(p in ("cuda", "rocm") for p in ctx.module_context.platforms):
         raise NotImplementedError(
             f"{_call_name(ctx)}: several GPUs per process are not supported "

@@ -53,6 +53,10 @@ from jax._src.lib import xla_client
 # - the user's frame of a traced call (the Python line named in debug logs
 #   and watchdog reports).
 from jax._src import source_info_util
+# - the cluster environments jax.distributed.initialize() detects (jaxmpi's
+#   own answers from MPI under `python -m jaxmpi.distributed`), and the
+#   flag of the number of CPU devices (0.6.2: jax_num_cpu_devices too).
+from jax._src.clusters import ClusterEnv
 
 
 # JAX >= 0.7 lowers equal equations (same params and shapes) once per module
