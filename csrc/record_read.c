@@ -1175,7 +1175,16 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
     } else {
       tprintf(&t, ",\n{\"ph\":\"X\",\"cat\":\"%s\",\"name\":",
               ev.flags & JM_REC_NATIVE ? "native" : "jaxmpi");
-      json_str(&t, name_of(&nm, ev.op));
+      if (ev.flags & JM_REC_NATIVE && ev.kind) {
+        /* No jaxmpi op, no call site: the MPI call and XLA's collective,
+         * "MPI_Allreduce (all-reduce)". */
+        char both[160];
+        snprintf(both, sizeof both, "%s (%s)", name_of(&nm, ev.op),
+                 name_of(&nm, ev.kind));
+        json_str(&t, both);
+      } else {
+        json_str(&t, name_of(&nm, ev.op));
+      }
       tprintf(&t, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":"
                   "{\"call\":%lld,\"seq\":%lld,\"bytes\":%lld,\"state\":\"%s\","
                   "\"comm\":\"%016llx\",\"peer\":%d",
