@@ -458,6 +458,20 @@ MUTANTS = [
            "                                           type, ops[JM_XLA_INDEX(JM_XLA_MAX)],",
            "XLA's all-reduce: every reduction made with MPI_MAX", (NATIVE,),
            select="every_collective", route=True),
+    # ---- XLA's collectives in the flight recorder (native.c, test_record) --
+    Mutant("c-native-record-one-count", "csrc/native.c",
+           "p2p ? &comm->p2p_calls\n"
+           "                                                : &comm->calls,",
+           "&comm->calls,",
+           "a native communicator's collectives and messages numbered "
+           "together: a collective's number differs between processes once "
+           "a ppermute sends more than it receives", (REC_JOBS,),
+           select="native"),
+    Mutant("c-native-record-p2p-as-collective", "csrc/native.c",
+           "(p2p ? JM_REC_P2P : JM_REC_COLLECTIVE)", "JM_REC_COLLECTIVE",
+           "the recorder takes XLA's MPI_Isend/Irecv/Wait for collectives "
+           "(a verdict of order mismatches where a process is missing)",
+           (REC_JOBS,), select="native"),
 ]
 
 # Mutants the suite cannot kill, and why (CONTRIBUTING.md has the same list).

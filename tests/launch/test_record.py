@@ -351,3 +351,133 @@ def test_trace_over_several_devices_has_a_row_per_position(mpirun, tmp_path):
              and e["name"] == "thread_name" and e["pid"] == 0]
     assert sorted(e["args"]["name"] for e in names) == [
         "device position 0", "device position 1"]
+
+
+# ---- plain JAX: XLA's own collectives over jaxmpi's MPI (issue 35) -----------
+
+# A plain JAX program (no jaxmpi call) under python -m jaxmpi.distributed:
+# ROUNDS steps of a psum and a ppermute one process up the ring. "skip":
+# after one step, process 0 computes (sleeps) where process 1 makes the
+# next step's psum.
+NATIVE_APP = """
+import sys, time, jax, numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+try:
+    from jax import shard_map
+except ImportError:  # JAX < 0.7
+    from jax.experimental.shard_map import shard_map
+jax.distributed.initialize()
+me, n = jax.process_index(), jax.process_count()
+mesh = Mesh(np.array(jax.devices()), ("p",))
+x = jax.make_array_from_callback((n,), NamedSharding(mesh, P("p")),
+                                 lambda i: np.arange(n, dtype=np.float32)[i])
+def step(v):
+    v = jax.lax.psum(v, "p")
+    return jax.lax.ppermute(v, "p", [(i, (i + 1) % n) for i in range(n)])
+f = jax.jit(shard_map(step, mesh=mesh, in_specs=P("p"), out_specs=P("p")))
+rounds = int(sys.argv[2])
+for _ in range(rounds):
+    x = f(x)
+x.block_until_ready()
+if sys.argv[1] == "skip":
+    if me == 0:
+        time.sleep(120)
+    f(x).block_until_ready()
+    print(f"process {me}: no hang?", flush=True)
+"""
+NATIVE_ROUNDS = 2
+ALLREDUCE = "MPI_Allreduce (all-reduce)"
+# One step's MPI calls on every process, in XLA's order.
+NATIVE_STEP = [ALLREDUCE, "MPI_Irecv (collective-permute)",
+               "MPI_Isend (collective-permute)",
+               "MPI_Wait (of MPI_Irecv) (collective-permute)",
+               "MPI_Wait (of MPI_Isend) (collective-permute)"]
+
+
+def native_job(mpirun, tmp_path, n, *args, env):
+    app = tmp_path / "native_app.py"
+    app.write_text(NATIVE_APP)
+    return mpirun(n, "-m", "jaxmpi.distributed", str(app), *args,
+                  env=env, timeout=240)
+
+
+def test_a_process_that_skips_a_native_collective_is_named(mpirun, tmp_path):
+    # Process 0 never reaches the second step's psum: process 1 times out
+    # in its MPI_Allreduce, and both its error and python -m jaxmpi.record
+    # name process 0, the MPI call, XLA's collective and its number (the
+    # same on both: the communicator's collectives, not its messages).
+    rings = tmp_path / "rings"
+    job = native_job(mpirun, tmp_path, 2, "skip", "1", env={
+        "JAXMPI_RECORD_DIR": str(rings), "JAXMPI_TIMEOUT": HANG_TIMEOUT})
+    assert job.returncode != 0 and "no hang?" not in job.stdout, job
+    text = verdict(rings)
+    first = ("Rank 0 never entered MPI_Allreduce #2 (XLA's all-reduce) that "
+             "rank 1 waits in; its last call was ")
+    assert text.startswith(first), text
+    # XLA waits for its receives, then its sends; the peer is the other
+    # process either way at 2.
+    assert re.fullmatch(r"MPI_Wait \(of MPI_I(send|recv)\) #4 (to|from) rank "
+                        r"1 \(XLA's collective-permute\) \(done\)\.",
+                        text[len(first):]), text
+    err = one_line(job.stderr)
+    assert ("jaxmpi: MPI_Allreduce (XLA's all-reduce of MPI_FLOAT x 1, 4 "
+            "bytes, MPI_SUM) on native communicator") in err, job
+    assert ("its collective #2, did not complete within JAXMPI_TIMEOUT=5 s "
+            "on world rank 1") in err, job
+    assert text in err, job
+
+
+@pytest.fixture(scope="module")
+def native_traced(mpirun_module, tmp_path_factory):
+    """NATIVE_APP at 3 processes under JAXMPI_TRACE, merged."""
+    d = tmp_path_factory.mktemp("native-trace")
+    job = native_job(mpirun_module, d, 3, "trace", str(NATIVE_ROUNDS),
+                     env={"JAXMPI_TRACE": str(d / "trace")})
+    assert job.returncode == 0, job
+    merged = command("-m", "jaxmpi.trace", str(d / "trace"), "--no-png")
+    assert merged.returncode == 0, merged.stdout + merged.stderr
+    with open(d / "trace" / "trace.json") as f:
+        return json.load(f), merged.stdout
+
+
+def test_native_trace_of_a_plain_jax_program_names_the_mpi_calls(native_traced):
+    trace, table = native_traced
+    size = 3
+    assert not [e for e in trace["traceEvents"] if e["ph"] == "X"
+                and e["cat"] == "jaxmpi"]
+    for rank in range(size):
+        calls = sorted((e for e in trace["traceEvents"] if e["ph"] == "X"
+                        and e["cat"] == "native" and e["pid"] == rank),
+                       key=lambda e: e["ts"])
+        # XLA makes the communicator first, at its first collective.
+        split, calls = calls[0], calls[1:]
+        assert split["name"] == "MPI_Comm_split (communicator creation)"
+        assert [e["name"] for e in calls] == NATIVE_STEP * NATIVE_ROUNDS
+        up, down = (rank + 1) % size, (rank - 1) % size
+        for k in range(NATIVE_ROUNDS):
+            a, irecv, isend, wrecv, wsend = calls[5 * k:5 * k + 5]
+            # Collectives numbered on their communicator, messages apart.
+            assert a["args"]["seq"] == k + 1, a
+            assert [c["args"]["seq"] for c in (irecv, isend, wrecv, wsend)] \
+                == [4 * k + 1, 4 * k + 2, 4 * k + 3, 4 * k + 4]
+            assert (a["args"]["kind"], a["args"]["dtype"],
+                    a["args"]["bytes"]) == ("all-reduce", "MPI_FLOAT", 4), a
+            # The ring: from the process below, to the one above.
+            assert [c["args"]["peer"] for c in (irecv, isend, wrecv, wsend)] \
+                == [down, up, down, up], calls
+            assert all(c["args"]["state"] == "done" and c["tid"] == 0
+                       for c in (a, irecv, isend, wrecv, wsend))
+    # Each process's all-reduce on its own row: no process leaves one
+    # before every process entered it (the clocks aligned).
+    errors = [m["clock_error_ns"] / 1e3
+              for m in trace["otherData"]["ranks"].values()]
+    slack = 2 * max(errors) + 500.0
+    per_rank = [[e for e in trace["traceEvents"] if e["ph"] == "X"
+                 and e["pid"] == r and e["name"] == ALLREDUCE]
+                for r in range(size)]
+    for group in zip(*per_rank):
+        assert len({c["args"]["seq"] for c in group}) == 1, group
+        assert max(c["ts"] for c in group) <= min(
+            c["ts"] + c["dur"] for c in group) + slack, group
+    row = re.search(r"^MPI_Allreduce \(all-reduce\)\s+(\d+)\s", table, re.M)
+    assert row and int(row.group(1)) == size * NATIVE_ROUNDS, table
