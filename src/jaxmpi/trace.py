@@ -112,7 +112,10 @@ def _size(n: int) -> str:
 
 
 def format_table(rows) -> str:
-    lines = [f"{'operation':<22} {'calls':>8} {'bytes':>11} {'total ms':>10} "
+    # As wide as the longest name (a native call's, "MPI_Wait (of
+    # MPI_Irecv) (collective-permute)", has 44 characters).
+    w = max([22] + [len(r["op"]) for r in rows])
+    lines = [f"{'operation':<{w}} {'calls':>8} {'bytes':>11} {'total ms':>10} "
              f"{'median us':>10}  spread between ranks (most - least time)"]
     for r in rows:
         per = r["per_rank"]
@@ -120,7 +123,7 @@ def format_table(rows) -> str:
         lo = min(per, key=per.get)
         spread = (f"{(per[hi] - per[lo]) / 1e3:.3f} ms (rank {hi} - rank {lo})"
                   if len(per) > 1 else "one rank")
-        lines.append(f"{r['op']:<22} {r['calls']:>8} {_size(r['bytes']):>11} "
+        lines.append(f"{r['op']:<{w}} {r['calls']:>8} {_size(r['bytes']):>11} "
                      f"{r['total_us'] / 1e3:>10.3f} {r['median_us']:>10.2f}  "
                      f"{spread}")
     return "\n".join(lines)
