@@ -119,6 +119,9 @@ int jaxmpi_site_text(int64_t id, char *out, size_t len) {
   return len && out[0] ? 0 : -1;
 }
 void jaxmpi_set_timeout(double seconds) { jm_watchdog_set(seconds); }
+void jaxmpi_trace_inner(int on) {
+  jm_cfg.debug = (jm_cfg.debug & ~JM_DEBUG_TRACE) | (on ? JM_DEBUG_TRACE : 0);
+}
 double jaxmpi_get_timeout(void) { return jm_watchdog_timeout(); }
 
 /* ---- the op table, for Python's agreement check (_core.check_table) ----- */

@@ -63,6 +63,9 @@ JM_EXPORT void jaxmpi_set_error_classes(int truncate, int pending);
 JM_EXPORT int jaxmpi_register_site(int64_t id, const char *text);
 JM_EXPORT int jaxmpi_site_text(int64_t id, char *out, size_t len);
 JM_EXPORT void jaxmpi_set_timeout(double seconds);
+/* The trace's spans of the MPI calls inside each call (JAXMPI_TRACE): on
+ * the debug log's path (ffi.c, jm_log). */
+JM_EXPORT void jaxmpi_trace_inner(int on);
 JM_EXPORT double jaxmpi_get_timeout(void);
 
 /* The op table and constants, for Python's agreement check at import. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "record_read.h"
 #include "watchdog.h"
 
 jm_config jm_cfg;
@@ -39,48 +40,6 @@ static const char *dtype_name(int dtype) {
   if (dtype >= 0 && dtype < JM_NDTYPES && jm_dtypes[dtype].name)
     return jm_dtypes[dtype].name;
   return "unsupported";
-}
-
-/* ---- call sites ----------------------------------------------------------- */
-
-/* Open addressing on the id; full, a site stays unknown (messages then name
- * no line). Written at lowering, read on error and debug paths only. */
-#define JM_MAX_SITES 4096
-static struct {
-  int64_t id;
-  char text[200];
-} sites[JM_MAX_SITES];
-static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
-
-int jm_site_register(int64_t id, const char *text) {
-  if (!id || !text) return -1;
-  int rc = -1;
-  pthread_mutex_lock(&sites_lock);
-  for (size_t k = 0; k < JM_MAX_SITES; k++) {
-    size_t i = ((uint64_t)id + k) % JM_MAX_SITES;
-    if (sites[i].id && sites[i].id != id) continue;
-    sites[i].id = id;
-    snprintf(sites[i].text, sizeof sites[i].text, "%s", text);
-    rc = 0;
-    break;
-  }
-  pthread_mutex_unlock(&sites_lock);
-  return rc;
-}
-
-const char *jm_site_text(int64_t id, char *out, size_t len) {
-  if (len) out[0] = '\0';
-  if (!id || !len) return out;
-  pthread_mutex_lock(&sites_lock);
-  for (size_t k = 0; k < JM_MAX_SITES; k++) {
-    size_t i = ((uint64_t)id + k) % JM_MAX_SITES;
-    if (!sites[i].id) break;
-    if (sites[i].id != id) continue;
-    snprintf(out, len, "%s", sites[i].text);
-    break;
-  }
-  pthread_mutex_unlock(&sites_lock);
-  return out;
 }
 
 /* ---- errors ------------------------------------------------------------- */
@@ -139,7 +98,7 @@ int jm_captured(XLA_FFI_Error *err, char *out, size_t len) {
 
 XLA_FFI_Error *jm_error(jm_call *c, XLA_FFI_Error_Code code, const char *fmt,
                         ...) {
-  char msg[1536];
+  char msg[4096];
   int n = c->position >= 0 && c->ndevices > 0
               ? snprintf(msg, sizeof msg, "jaxmpi.%s (device position %d of %d): ",
                          c->opname, c->position, c->ndevices)
@@ -212,14 +171,20 @@ static XLA_FFI_Error *timeout_failure(jm_call *c, const char *fn,
             "when it starts: the last line of each rank names the call it "
             "waits in), a receive with no matching send, or a rank that "
             "died, raised or is far behind.";
+  /* The flight recorder's account: every rank's ring when the rings on
+   * disk allow it, else this rank's (record_read.c). */
+  char seen[2048];
+  const int verdict = jm_record_timeout(c->rec, fn, seen, sizeof seen);
   return jm_error(c, XLA_FFI_Error_Code_DEADLINE_EXCEEDED,
                   "timed out after %.3g s (JAXMPI_TIMEOUT) in %s on rank %d of "
                   "%d%s%s%s, jaxmpi call #%lld of this process: the peer(s) "
-                  "never made the matching call%s. %s The call was abandoned, "
-                  "not completed: the communicator cannot be used any more; "
-                  "end the job (MPI.COMM_WORLD.Abort(1))",
+                  "never made the matching call%s. %s%s%s The call was "
+                  "abandoned, not completed: the communicator cannot be used "
+                  "any more; end the job (MPI.COMM_WORLD.Abort(1))",
                   jm_watchdog_timeout(), fn, c->rank, c->size, where, tags, t2,
-                  (long long)c->callno, from, why);
+                  (long long)c->callno, from, seen,
+                  seen[0] && !verdict ? " " : "",
+                  verdict ? "" : why);
 }
 
 XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
@@ -244,6 +209,7 @@ XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
   jm_mpi.Error_class(rc, &cls);
   char where[96] = "";
   if (peer_kind) snprintf(where, sizeof where, ", %s %d", peer_kind, peer);
+  jm_record_failure(c->rec, fn, mpimsg);
   return jm_error(c, XLA_FFI_Error_Code_INTERNAL,
                   "%s failed on rank %d of %d%s: %s (MPI error code %d, class "
                   "%d)",
@@ -293,11 +259,20 @@ void jm_log_call(const jm_call *c, const XLA_FFI_Error *err, double t0,
   fflush(stderr);
 }
 
-double jm_log_start(void) { return jm_cfg.debug ? jm_mpi.Wtime() : 0.0; }
+/* MPI_Wtime for the debug log; the recorder's clock when only the trace
+ * needs the duration (MPI_Wtime was a fifth of the trace's cost). */
+static double log_clock(void) {
+  return (jm_cfg.debug & JM_DEBUG_LOG) ? jm_mpi.Wtime() : jm_record_seconds();
+}
+
+double jm_log_start(void) { return jm_cfg.debug ? log_clock() : 0.0; }
 
 void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,
             int64_t count, int dtype, double t0) {
-  double us = (jm_mpi.Wtime() - t0) * 1e6;
+  double us = (log_clock() - t0) * 1e6;
+  if (jm_cfg.debug & JM_DEBUG_TRACE)
+    jm_record_inner(c->rec.number, c->position, fn, peer, count, us * 1e-6);
+  if (!(jm_cfg.debug & JM_DEBUG_LOG)) return;
   char where[64] = "";
   if (peer_kind) snprintf(where, sizeof where, " %s=%d", peer_kind, peer);
   fprintf(stderr, "jaxmpi r%d/%d | %s%s count=%lld dtype=%s | %.2f us\n",

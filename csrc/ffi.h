@@ -10,6 +10,7 @@
 
 #include "mpi_api.h"
 #include "ops.h"
+#include "record.h"
 #include "xla/ffi/api/c_api.h"
 
 #define JM_MAX_BUFFERS 32 /* neighbor_exchange: at most 32 pairs */
@@ -67,6 +68,8 @@ typedef struct jm_call {
   /* A wait: the call of the start it completes (the request's copy: valid
    * until the wait's body completes the request, which frees it). */
   const struct jm_call *of;
+  jm_record_ref rec; /* the flight recorder's entry (record.h): a wait's
+                        once its request is found (wait.c) */
   /* The arrays: only the entries decoded are set (nargs, nrets, nsources,
    * ndests; the pairs' communicators where `paired`). jm_decode zeroes the
    * fields above only: zeroing these 3.8 KB too was about a tenth of a
@@ -97,8 +100,10 @@ static inline int64_t jm_rows(const jm_call *c, int k, int i) {
 }
 
 typedef struct jm_config {
-  int debug; /* JAXMPI_DEBUG: log every MPI call */
+  int debug; /* JM_DEBUG_* bits: log every MPI call (JAXMPI_DEBUG), trace
+                the MPI calls inside each call (JAXMPI_TRACE) */
 } jm_config;
+enum { JM_DEBUG_LOG = 1, JM_DEBUG_TRACE = 2 };
 extern jm_config jm_cfg;
 
 typedef XLA_FFI_Error *jm_op_fn(jm_call *c);
@@ -141,16 +146,11 @@ XLA_FFI_Error *jm_mpi_failure(jm_call *c, const char *fn, const char *peer_kind,
 const XLA_FFI_Api *jm_capture_api(void);
 int jm_captured(XLA_FFI_Error *err, char *out, size_t len);
 
-/* Python source lines of jaxmpi calls, registered at lowering under a
- * 64-bit id (a hash of the text, the same in every process) that reaches
- * the handler as the `site` attribute; looked up only for messages and the
- * debug log, so the per-call path does no string work. */
-int jm_site_register(int64_t id, const char *text);
-/* The text of site `id` into out ("" when unknown); returns out. */
-const char *jm_site_text(int64_t id, char *out, size_t len);
+/* Call sites (jm_site_register, jm_site_text): record.h. */
 
 double jm_log_start(void);
-/* The debug log's line for a call starting (start=1, err NULL) or ending. */
+/* The debug log's line for a call starting (start=1, err NULL) or ending.
+ * jm_log also hands the MPI call to the trace (JM_DEBUG_TRACE). */
 void jm_log_call(const jm_call *c, const XLA_FFI_Error *err, double t0,
                  int start);
 void jm_log(const jm_call *c, const char *fn, const char *peer_kind, int peer,

@@ -12,6 +12,7 @@
 #include "cuda_staging.h"
 #include "ffi.h"
 #include "handlers.h"
+#include "record_ops.h"
 #include "request.h"
 
 /* jaxmpi calls executed by this process (named in watchdog reports). */
@@ -41,15 +42,22 @@ static XLA_FFI_Error *dispatch(XLA_FFI_CallFrame *frame,
   c.callno = callno;
   if (!err && desc->bind) err = desc->bind(&c, on_gpu);
   if (err) return err;
+  /* The flight recorder's entry (record.h): a blocking call's or a start's,
+   * ended when the call returns; a wait's began when its request was found
+   * (jm_wait_bind) and ends when the request completes (request.c), on
+   * whichever thread completes it (an asynchronous wait returns first). */
+  const int waits = desc->kind == JM_WAIT;
+  if (!waits) c.rec = jm_record_op(&c, desc);
   double t0 = 0.0;
-  if (jm_cfg.debug) {
+  if (jm_cfg.debug & JM_DEBUG_LOG) {
     t0 = jm_mpi.Wtime();
     jm_log_call(&c, NULL, t0, 1);
   }
   const int mode = jm_check_mode();
   if (mode && checked(desc)) err = jm_check_collective(&c, desc, mode);
   if (!err) err = on_gpu ? desc->gpu(&c, desc) : desc->run(&c);
-  if (jm_cfg.debug) jm_log_call(&c, err, t0, 0);
+  if (!waits) jm_record_end(c.rec, err ? JM_REC_FAILED : JM_REC_DONE);
+  if (jm_cfg.debug & JM_DEBUG_LOG) jm_log_call(&c, err, t0, 0);
   return err;
 }
 

@@ -118,13 +118,22 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
   X(int, Request_free, 1, (jm_Request *))                                     \
   JM_MPI_VFUNCTIONS(X)                                                         \
   JM_MPI_RELIABILITY_FUNCTIONS(X)                                              \
-  JM_MPI_NATIVE_FUNCTIONS(X)
+  JM_MPI_NATIVE_FUNCTIONS(X)                                                   \
+  JM_MPI_RECORD_FUNCTIONS(X)
 
 /* What only XLA's own collectives need (native.c): their communicators
  * are split from COMM_WORLD's duplicate; MPI_Abort for their MPI_Abort. */
 #define JM_MPI_NATIVE_FUNCTIONS(X)                                             \
   X(int, Comm_split, 1, (jm_Comm, int, int, jm_Comm *))                        \
   X(int, Abort, 1, (jm_Comm, int))
+
+/* The flight recorder's (record.c): which COMM_WORLD ranks a communicator
+ * holds, once per communicator. */
+#define JM_MPI_RECORD_FUNCTIONS(X)                                             \
+  X(int, Comm_group, 1, (jm_Comm, jm_Group *))                                 \
+  X(int, Group_translate_ranks, 1, (jm_Group, int, const int *, jm_Group,      \
+                                    int *))                                    \
+  X(int, Group_free, 1, (jm_Group *))
 
 /* Variable-count collectives: the plain calls, their nonblocking variants
  * (the watchdog), the MPI-4 large-count variants (optional) and

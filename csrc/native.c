@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "mpi_calls.h"
+#include "record_read.h"
 #include "watchdog.h"
 
 #define JM_EXPORT __attribute__((visibility("default")))
@@ -106,6 +107,15 @@ JM_EXPORT int64_t jaxmpi_native_count(void) {
 static _Atomic int active;
 static _Atomic int refused; /* a call was refused so: XLA's errors follow */
 
+static int is_p2p(const jm_native_call *c) {
+  return c->send_peer != -1 || c->recv_peer != -1;
+}
+
+/* A peer as the flight recorder takes it (PROC_NULL: none). */
+static int record_peer(int peer) {
+  return peer >= 0 ? peer : JM_REC_NONE;
+}
+
 int jm_native_begin(jm_native_call *c) {
   if (atomic_fetch_add_explicit(&active, 1, memory_order_acq_rel) > 0) {
     atomic_fetch_sub_explicit(&active, 1, memory_order_acq_rel);
@@ -121,10 +131,30 @@ int jm_native_begin(jm_native_call *c) {
                 c->mpi, c->kind);
   }
   jm_native_comm *comm = (jm_native_comm *)c->comm;
-  c->seq = comm ? atomic_fetch_add_explicit(&comm->calls, 1,
-                                            memory_order_relaxed) + 1
+  const int p2p = is_p2p(c);
+  c->seq = comm ? atomic_fetch_add_explicit(p2p ? &comm->p2p_calls
+                                                : &comm->calls,
+                                            1, memory_order_relaxed) + 1
                 : 0;
   atomic_fetch_add_explicit(&total_calls, 1, memory_order_relaxed);
+  /* Peers are ranks of the communicator, as the recorder's; a receive's
+   * peer is its source, a sendrecv's second its destination. */
+  c->rec = jm_record_begin(&(jm_record_call){
+      .op = c->mpi,
+      .kind = c->rkind ? c->rkind : c->kind,
+      .dtype = c->dtype,
+      .flags = JM_REC_NATIVE | (p2p ? JM_REC_P2P : JM_REC_COLLECTIVE),
+      .comm = comm ? comm->comm : world.comm,
+      .has_comm = comm != NULL,
+      .position = -1,
+      .peer = record_peer(c->recv_peer != -1 ? c->recv_peer : c->send_peer),
+      .peer2 = c->recv_peer != -1 && c->send_peer != -1
+                   ? record_peer(c->send_peer)
+                   : JM_REC_NONE,
+      .tag = -1,
+      .bytes = c->bytes,
+      .site = 0,
+      .seq = c->seq});
   jm_native_hook *h = atomic_load_explicit(&hook, memory_order_acquire);
   if (h) h(c, 0, 0);
   return 0;
@@ -164,19 +194,36 @@ int jm_native_end(jm_native_call *c, int rc) {
   atomic_fetch_sub_explicit(&active, 1, memory_order_acq_rel);
   jm_native_hook *h = atomic_load_explicit(&hook, memory_order_acquire);
   if (h) h(c, 1, rc);
-  if (rc == 0) return 0;
+  if (rc == 0) {
+    jm_record_end(c->rec, JM_REC_DONE);
+    return 0;
+  }
   char what[320], members[256] = "";
   describe_call(c, what, sizeof what);
   if (c->comm) describe_members(c->comm, members, sizeof members);
-  if (rc == JM_ERR_TIMEOUT)
-    return fail("jaxmpi: %s on native communicator %d (%s), its call %lld, "
+  const char *which = is_p2p(c) ? "point-to-point call" : "collective";
+  if (rc == JM_ERR_TIMEOUT) {
+    /* The flight recorder's account (every rank's ring when they came,
+     * else this rank's; "" when it is off) replaces the likely causes
+     * when it names them: the message has 1024 bytes. */
+    char seen[640];
+    const int verdict = jm_record_timeout(c->rec, c->mpi, seen, sizeof seen);
+    jm_record_end(c->rec, JM_REC_TIMEOUT); /* (no rings written: not yet) */
+    return fail("jaxmpi: %s on native communicator %d (%s), its %s #%lld, "
                 "did not complete within JAXMPI_TIMEOUT=%g s on world rank "
-                "%d: a process of the communicator has not reached this "
-                "collective (stopped, slower by that much, or running other "
-                "code); the communicator is unusable: end the job",
-                what, c->comm ? c->comm->number : -1, members,
-                (long long)c->seq, jm_watchdog_timeout(), world.rank);
-  if (rc == JM_XLA_ERR_NATIVE) return rc; /* the message is set */
+                "%d%s; the communicator is unusable: end the job.%s%s",
+                what, c->comm ? c->comm->number : -1, members, which,
+                (long long)c->seq, jm_watchdog_timeout(), world.rank,
+                verdict ? ""
+                        : ": a process of the communicator has not reached "
+                          "this collective (stopped, slower by that much, or "
+                          "running other code)",
+                seen[0] ? " " : "", seen);
+  }
+  if (rc == JM_XLA_ERR_NATIVE) { /* the message is set */
+    jm_record_end(c->rec, JM_REC_FAILED);
+    return rc;
+  }
   char mpi[512] = "";
   int len = 0;
   if (rc == JM_ERR_NOMEM)
@@ -185,9 +232,10 @@ int jm_native_end(jm_native_call *c, int rc) {
     snprintf(mpi, sizeof mpi, "count beyond what this MPI takes");
   else if (jm_mpi.Error_string(rc, mpi, &len) != 0)
     snprintf(mpi, sizeof mpi, "MPI error code %d", rc);
-  return fail("jaxmpi: %s on native communicator %d (%s), its call %lld, "
+  jm_record_failure(c->rec, c->mpi, mpi); /* ends it; writes the ring */
+  return fail("jaxmpi: %s on native communicator %d (%s), its %s #%lld, "
               "failed on world rank %d: %s",
-              what, c->comm ? c->comm->number : -1, members,
+              what, c->comm ? c->comm->number : -1, members, which,
               (long long)c->seq, world.rank, mpi);
 }
 
@@ -404,6 +452,7 @@ static int n_Comm_split(jm_xla_handle h, int color, int key,
   jm_native_call call = {.mpi = "MPI_Comm_split",
                          .kind = "communicator creation, at its first "
                                  "collective over a new group of devices",
+                         .rkind = "communicator creation",
                          .comm = base, .send_peer = -1, .recv_peer = -1,
                          .color = color, .key = key};
   if (jm_native_begin(&call)) return JM_XLA_ERR_NATIVE;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "mpi_api.h"
+#include "record.h"
 #include "xla/abi.h"
 
 /* A communicator XLA uses: COMM_WORLD's duplicate, COMM_SELF's, or one
@@ -21,7 +22,10 @@ typedef struct jm_native_comm {
   jm_Comm comm; /* the running MPI's */
   int rank, size;
   int *members; /* COMM_WORLD's rank of each rank (NULL: the identity) */
-  _Atomic int64_t calls; /* calls made on it so far */
+  /* Calls made on it so far: collectives (the same count on every member
+   * at the same call, so a call's number names it across processes, as
+   * the flight recorder's do) and point-to-point calls (this process's). */
+  _Atomic int64_t calls, p2p_calls;
 } jm_native_comm;
 
 /* One MPI call of XLA's collectives, from its begin to its end: what the
@@ -29,8 +33,11 @@ typedef struct jm_native_comm {
 typedef struct jm_native_call {
   const char *mpi;  /* the MPI call, "MPI_Allreduce" */
   const char *kind; /* XLA's collective that makes it, "all-reduce" */
+  const char *rkind; /* kind as the flight recorder names it (its ring
+                        keeps 31 bytes), NULL: kind */
   const jm_native_comm *comm;
-  int64_t seq;       /* its number among the communicator's calls (from 1) */
+  int64_t seq;       /* its number among the communicator's collectives, or
+                        among its point-to-point calls (from 1) */
   int send_peer;     /* rank in comm sent to, or -1 */
   int recv_peer;     /* rank in comm received from, or -1 */
   int64_t count;     /* elements (per peer for all-gather) */
@@ -38,15 +45,20 @@ typedef struct jm_native_call {
   const char *dtype; /* "MPI_FLOAT" */
   const char *op;    /* "MPI_SUM", or NULL */
   int color, key;    /* MPI_Comm_split's (0 for the others) */
+  jm_record_ref rec; /* its entry in the flight recorder (begin sets it) */
 } jm_native_call;
 
-/* Every native call goes through these two: begin numbers the call (and
- * hands it to the hook), or refuses it (JM_XLA_ERR_NATIVE, the message
+/* Every native call goes through these two: begin numbers the call,
+ * records it in the flight recorder (record.h: op the MPI call, kind
+ * XLA's collective, JM_REC_NATIVE) and hands it to the hook, or refuses it (JM_XLA_ERR_NATIVE, the message
  * set: another native call in progress on another thread, i.e. several
  * devices per process), returning 0 when the call may go on; end (only
  * after a begin that returned 0) hands it the result and turns a failure
  * (an MPI error code, the watchdog's JM_ERR_TIMEOUT, ...) into this
- * thread's message, returning JM_XLA_ERR_NATIVE, or 0. */
+ * thread's message, returning JM_XLA_ERR_NATIVE, or 0; it ends the
+ * call's record (a timeout with the recorder's verdict in the message: the
+ * rings of the job's processes, record_read.h). A point-to-point call is
+ * one with a send or receive peer (send_peer or recv_peer not -1). */
 int jm_native_begin(jm_native_call *c);
 int jm_native_end(jm_native_call *c, int rc);
 

@@ -16,6 +16,7 @@
 
 #include "check.h"
 #include "cuda_staging.h"
+#include "record_ops.h"
 #include "watchdog.h"
 
 /* The table: slot pointers, generations and the list of active slots,
@@ -55,6 +56,8 @@ int jaxmpi_requests_in_flight(void) {
 /* Free a request MPI is done with. A collective the watchdog gave up on
  * may still read its counts: they stay allocated (its buffers are XLA's). */
 void jm_req_free(jm_req *r) {
+  /* A wait that never completed (its buffers moved, the start withdrawn). */
+  jm_record_end(r->call.rec, JM_REC_FAILED);
   if (!(r->rc == JM_ERR_TIMEOUT && r->collective)) free(r->mem);
   /* After a failure MPI may still read or write the staging (a send left
    * to complete, a collective's chunks): it is never reused. */
@@ -91,7 +94,7 @@ static void release(jm_req *r) {
 
 /* The error of a completed request (NULL: success), and the receives'
  * checks (zeros for PROC_NULL, sizes). */
-static XLA_FFI_Error *finish(jm_req *r) {
+static XLA_FFI_Error *completed(jm_req *r) {
   jm_call *c = &r->call;
   if (r->rc == JM_ERR_TIMEOUT) {
     snprintf(r->what, sizeof r->what, "the wait of %s", r->fn);
@@ -112,6 +115,13 @@ static XLA_FFI_Error *finish(jm_req *r) {
     if (err) return err;
   }
   return NULL;
+}
+
+/* completed(), and the end of the wait's record. */
+static XLA_FFI_Error *finish(jm_req *r) {
+  XLA_FFI_Error *err = completed(r);
+  jm_record_end(r->call.rec, err ? JM_REC_FAILED : JM_REC_DONE);
+  return err;
 }
 
 /* Futures to complete, handed from the progress thread to the completion
@@ -382,6 +392,8 @@ jm_req *jm_req_claim(float hv, int on_gpu, int *inflight,
 }
 
 void jm_req_unclaim(jm_req *r) {
+  jm_record_end(r->call.rec, JM_REC_FAILED);
+  r->call.rec = r->started;
   pthread_mutex_lock(&lock);
   r->state = JM_R_POSTED;
   pthread_mutex_unlock(&lock);

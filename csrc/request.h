@@ -69,6 +69,8 @@ typedef struct jm_req {
   int on_gpu;                /* started by a CUDA handler: */
   jm_cuda_stage *gpu;        /* its staging (keep[] holds device pointers) */
   void *gpu_handle;          /* the device address of its handle result */
+  jm_record_ref started;     /* the start's record, kept while a wait's is
+                                in call.rec (claimed: see jm_wait_bind) */
 } jm_req;
 
 /* ---- the table (request.c) ------------------------------------------------ */
@@ -104,7 +106,8 @@ XLA_FFI_Error *jm_req_post(jm_call *c, jm_req *r, int rc, double t0);
  * (else *wrong_platform is set and the request stays posted). */
 jm_req *jm_req_claim(float handle, int on_gpu, int *inflight,
                      int *wrong_platform);
-/* A claimed request posted again (its wait failed before it began). */
+/* A claimed request posted again (its wait failed before it began: the
+ * wait's record ends failed, the start's is the request's again). */
 void jm_req_unclaim(jm_req *r);
 /* The one posted GPU request whose handle and buffers are at these device
  * addresses, claimed; NULL where none, or more than one, is. */
@@ -123,7 +126,8 @@ XLA_FFI_Error *jm_req_wait(jm_req *r, jm_call *wc, int moved);
  * receives' checks, or `moved`'s as above). */
 XLA_FFI_Error *jm_req_complete(jm_req *r, int moved);
 /* Free a request MPI is done with (its staging never reused after a
- * failure). */
+ * failure); a wait's record that never ended ends failed (its buffers
+ * moved, the start withdrawn). */
 void jm_req_free(jm_req *r);
 /* A GPU start that no wait will come for (its program fails): withdrawn
  * from the table, its receives cancelled, its staging never reused. */
@@ -139,7 +143,8 @@ void jm_req_progress(void);
 /* The wait's bind step (ops.h's wait row): its request, found by its handle
  * (XLA:CPU) or by the device addresses of its handle and buffers (XLA:GPU),
  * claimed and in c->req, its start's call in c->of; c names the request's
- * communicator, rank and size from then on. */
+ * communicator, rank and size from then on. The wait's record (c->rec,
+ * also the request's call.rec until the request completes) begins here. */
 XLA_FFI_Error *jm_wait_bind(jm_call *c, int on_gpu);
 
 /* A start's body (desc->run) for a call whose buffers are GPU memory:

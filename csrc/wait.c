@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cuda_staging.h"
+#include "record_ops.h"
 #include "request.h"
 
 /* The request's buffers a wait was handed: its arguments after the
@@ -70,6 +71,11 @@ XLA_FFI_Error *jm_wait_bind(jm_call *c, int on_gpu) {
   c->comm = r->call.comm;
   c->rank = r->call.rank;
   c->size = r->call.size;
+  /* The wait's record, from the start's numbers (record_ops.h): carried by
+   * the request's call, whose failures and MPI calls name it, until the
+   * request completes (request.c ends it, on whichever thread). */
+  r->started = r->call.rec;
+  c->rec = r->call.rec = jm_record_wait_of(&r->call);
   return NULL;
 }
 

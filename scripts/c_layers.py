@@ -25,11 +25,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # or above.
 LAYERS = [
     ["mpi_api"],                 # the bound MPI function table and constants
-    ["watchdog", "halfops"],     # deadline-polled waits; float16/bfloat16 ops
-    ["mpi_calls"],               # large counts, every call through the watchdog
+    ["watchdog", "halfops",      # deadline-polled waits; float16/bfloat16 ops;
+     "record"],                  # the flight recorder's ring, dumps, trace
+    ["mpi_calls",                # large counts, every call through the watchdog
+     "record_read"],             # the verdict; rings and traces read back
     ["native"],                  # the MPI calls of XLA's own collectives
     ["ffi"],                     # jm_call, frame decoding, errors, debug log
-    ["cuda_staging"],            # GPU staging, jm_copy / jm_zero
+    ["cuda_staging",             # GPU staging, jm_copy / jm_zero
+     "record_ops"],              # jaxmpi's calls as the recorder sees them
     ["shadow"],                  # the communicator's private duplicate
     ["check"],                   # cross-rank checks, receive checks
     ["collectives", "p2p"],      # op bodies

@@ -64,6 +64,9 @@ DEV_ORD = "tests/devices/test_ordering.py"
 DEV_CART = "tests/devices/test_devicecart.py"
 DEV_AXIS = "tests/devices/test_allreduce_axis.py"
 DEV_SHARDED = "tests/devices/test_sharded.py"
+REC = "tests/mpi/test_record_ring.py"
+# The planted hangs and the trace (each run starts its own MPI jobs).
+REC_JOBS = "tests/launch/test_record.py"
 # Plain JAX programs over jaxmpi's MPI layer for XLA (run under the route).
 NATIVE = "tests/native/test_collectives.py"
 
@@ -417,6 +420,29 @@ MUTANTS = [
            "PartitionSpec() for o, r in zip(out_leaves, ref)",
            "an eager sharded request's result taken from one device for "
            "every shard", (DEV_SHARDED,), select="nonblocking", devices=2),
+    # ---- the flight recorder and the trace (csrc/record*.c) ----
+    Mutant("c-record-sendrecv-peers-swapped", "csrc/record_ops.c",
+           "    w->peer = peer_of(c->source);\n    w->peer2 = peer_of(c->dest);",
+           "    w->peer = peer_of(c->dest);\n    w->peer2 = peer_of(c->source);",
+           "the flight recorder records a sendrecv's dest as its source (the "
+           "wrong peer: a verdict would name the wrong rank)", (REC,),
+           select="blocking"),
+    Mutant("c-record-recv-peer-is-self", "csrc/record_ops.c",
+           "    w->peer = peer_of(c->source);\n    w->tag = c->tag;",
+           "    w->peer = peer_of(c->rank);\n    w->tag = c->tag;",
+           "the flight recorder records a receive's own rank as its source",
+           (REC,), select="starts"),
+    Mutant("c-record-wait-not-ended-at-completion", "csrc/request.c",
+           "  jm_record_end(r->call.rec, err ? JM_REC_FAILED : JM_REC_DONE);\n"
+           "  return err;",
+           "  return err;",
+           "a wait's record is not ended when its request completes (only "
+           "when the request is freed: failed)", (REC,), select="starts"),
+    Mutant("c-trace-clocks-not-aligned", "csrc/record.c",
+           "        *offset_ns = t - (t0 + (t1 - t0) / 2);",
+           "        *offset_ns = 0;",
+           "the trace's clocks are not aligned with rank 0's", (REC_JOBS,),
+           select="aligned"),
     # ---- C core: XLA's own collectives (csrc/native.c, tests/native) ----
     Mutant("c-native-alltoall-swap", "csrc/native.c",
            "jm_Sendrecv(s, sn, ssize, stype, rank_in(dest), stag, r, rn, rsize,\n"
@@ -432,6 +458,20 @@ MUTANTS = [
            "                                           type, ops[JM_XLA_INDEX(JM_XLA_MAX)],",
            "XLA's all-reduce: every reduction made with MPI_MAX", (NATIVE,),
            select="every_collective", route=True),
+    # ---- XLA's collectives in the flight recorder (native.c, test_record) --
+    Mutant("c-native-record-one-count", "csrc/native.c",
+           "p2p ? &comm->p2p_calls\n"
+           "                                                : &comm->calls,",
+           "&comm->calls,",
+           "a native communicator's collectives and messages numbered "
+           "together: a collective's number differs between processes once "
+           "a ppermute sends more than it receives", (REC_JOBS,),
+           select="native"),
+    Mutant("c-native-record-p2p-as-collective", "csrc/native.c",
+           "(p2p ? JM_REC_P2P : JM_REC_COLLECTIVE)", "JM_REC_COLLECTIVE",
+           "the recorder takes XLA's MPI_Isend/Irecv/Wait for collectives "
+           "(a verdict of order mismatches where a process is missing)",
+           (REC_JOBS,), select="native"),
 ]
 
 # Mutants the suite cannot kill, and why (CONTRIBUTING.md has the same list).

@@ -9,8 +9,9 @@ with ast (nothing is imported) and compares them with LAYERS below
 Prints each module's imports of the package; exits 1 (naming the module,
 the line and what it imports) on an import of the module's own line or
 above, an import cycle, a package import after the top of the file, an
-import inside a function (allowed only of the standard library, with a
-comment on its line or the line above that says why), or a module missing
+import inside a function (allowed only of the standard library and of
+OPTIONAL's extras, with a comment on its line or the line above that says
+why), or a module missing
 from LAYERS (or a name of LAYERS without its module).
 """
 
@@ -31,13 +32,14 @@ NAME = "jaxmpi"
 # split into lines (6.0 to 6.3, ...) where modules of one floor use each
 # other.
 LAYERS = [
-    ("0", ["_version", "_jax_compat", "_dtypes", "_cache", "_boot",
-           "_docstring"]),                          # facts, caches; the
-                                                    # plain-JAX route's boot;
-                                                    # a start's docstring
+    ("0", ["_version", "_jax_compat", "_dtypes", "_cache",  # facts, caches;
+           "_commands", "_boot", "_docstring"]),    # the file readers' start;
+                                                    # the plain-JAX route's
+                                                    # boot; a start's docstring
     ("1", ["_errors", "_faults", "_runner"]),       # errors; running a target
     ("2", ["_core", "_threads"]),                   # the C core, one thread
-    ("2.1", ["_native"]),                           # XLA's MPI layer attached
+    ("2.1", ["_recorder", "_native"]),              # flight recorder, trace;
+                                                    # XLA's MPI layer attached
     ("3.0", ["_effect"]),                           # the ordered effect, mesh
     ("3.1", ["_devices"]),                          # communicators per device
     ("3.2", ["_validate"]),                         # argument checks
@@ -52,8 +54,14 @@ LAYERS = [
              "_topology", "_wait"]),                # public operations
     ("8.0", ["notoken"]),                           # the one list
     ("8.1", ["__init__"]),                          # the token API
-    ("8.2", ["experimental", "__main__", "mpi4jax", "distributed"]),
+    ("8.2", ["experimental", "__main__", "mpi4jax", "distributed",
+             "record", "trace"]),                   # python -m jaxmpi.*
 ]
+
+
+# Packages of an optional extra (pyproject.toml), imported inside the
+# function that needs them (with a comment), so that jaxmpi works without.
+OPTIONAL = {"matplotlib": "jaxmpi[trace]: python -m jaxmpi.trace's timeline"}
 
 
 def _levels(layers):
@@ -224,9 +232,10 @@ def violations(deps, layers=LAYERS) -> list[str]:
             for m in sorted(level) if m not in deps]
     for m in sorted(deps):
         for i in deps[m]:
-            if i.where == "function" and (i.package or not i.reason or
-                                          i.target.split(".")[0] not in
-                                          sys.stdlib_module_names):
+            top = i.target.split(".")[0]
+            if i.where == "function" and (i.package or not i.reason or (
+                    top not in sys.stdlib_module_names
+                    and top not in OPTIONAL)):
                 what = i.target if not i.package else f"jaxmpi {i.target}"
                 bad.append(f"{m} imports {what} inside a function (line "
                            f"{i.line}): imports go at the top of the file "

@@ -12,6 +12,7 @@ typedef struct MPI_ABI_Comm *jm_Comm;
 typedef struct MPI_ABI_Datatype *jm_Datatype;
 typedef struct MPI_ABI_Op *jm_Op;
 typedef struct MPI_ABI_Request *jm_Request;
+typedef struct MPI_ABI_Group *jm_Group;
 
 typedef struct jm_Status {
   int MPI_SOURCE;

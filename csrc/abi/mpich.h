@@ -14,6 +14,7 @@ typedef int jm_Comm;
 typedef int jm_Datatype;
 typedef int jm_Op;
 typedef int jm_Request;
+typedef int jm_Group;
 
 typedef struct jm_Status {
   int count_lo;

@@ -13,6 +13,7 @@ typedef struct ompi_communicator_t *jm_Comm;
 typedef struct ompi_datatype_t *jm_Datatype;
 typedef struct ompi_op_t *jm_Op;
 typedef struct ompi_request_t *jm_Request;
+typedef struct ompi_group_t *jm_Group;
 
 typedef struct jm_Status {
   int MPI_SOURCE;

@@ -17,7 +17,10 @@ See docs/apis.md.
 
 from __future__ import annotations
 
-from . import _boot  # first: the plain-JAX route acts before jax is imported
+# First: python -m jaxmpi.record / jaxmpi.trace read files; importing
+# _commands runs them and exits, before MPI or JAX is loaded (it says why).
+from . import _commands  # noqa: F401
+from . import _boot  # then: the plain-JAX route acts before jax is imported
 import atexit as _atexit
 import functools as _functools
 import inspect as _inspect
@@ -27,7 +30,7 @@ from mpi4py import MPI as _MPI  # initialises MPI first
 
 import jax as _jax
 
-from . import _core, _effect, _faults, _registry, _validate, notoken
+from . import _core, _effect, _faults, _recorder, _registry, _validate, notoken
 from . import _jax_compat as jc
 from ._errors import MPIConfigurationError
 from ._region import jit
@@ -44,6 +47,9 @@ _core.get().register_handlers()
 _default_comm = _MPI.COMM_WORLD.Clone()
 _default_comm.Set_errhandler(_MPI.ERRORS_RETURN)
 _validate.set_default_comm(_default_comm)
+# The flight recorder (and JAXMPI_TRACE's timeline): one allgather over the
+# default communicator, unless both are off.
+_recorder.get().start(_default_comm)
 
 
 def _stop_progress():

@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 import jaxmpi
-from . import _core, notoken
+from . import _core, _recorder, notoken
 
 DESCRIPTION = """\
 Print what jaxmpi runs on: the MPI library and its ABI, the thread level,
@@ -70,7 +70,17 @@ def info() -> dict:
         "mpi4py": mpi4py.__version__,
         "Python": sys.version.split()[0],
         "ranks": f"{MPI.COMM_WORLD.Get_rank()} of {MPI.COMM_WORLD.Get_size()}",
+        "flight recorder": _recorder_text(_recorder.get()),
     }
+
+
+def _recorder_text(rec) -> str:
+    if not rec.capacity:
+        return "off (JAXMPI_RECORD=0)" + (
+            f"; trace to {rec.trace_dir}" if rec.trace_dir else "")
+    return (f"the last {rec.capacity} calls, written to {rec.dir} on a "
+            "timeout, an MPI error, a fatal signal or SIGUSR1"
+            + (f"; trace to {rec.trace_dir}" if rec.trace_dir else ""))
 
 
 # --- the connectivity check ----------------------------------------------

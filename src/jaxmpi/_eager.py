@@ -36,7 +36,7 @@ import jax
 import numpy as np
 from mpi4py import MPI
 
-from . import _core, _dtypes
+from . import _core, _dtypes, _recorder
 from . import _jax_compat as jc
 from ._effect import wait_for_dispatched
 from ._threads import guard
@@ -117,10 +117,17 @@ def _direct(fn, mpi_fn, x, comm, op_handle, root, shape, call):
     if send.ndim:  # a 0-d array has no strides to check
         send = np.ascontiguousarray(send)
     recv = None if shape is None else np.empty(shape, send.dtype)
+    # The flight recorder sees this call as the C core's handler would
+    # (csrc/record_ops.h): numbered on its communicator, timed, its failure.
+    recorder = _recorder.get()
+    ref = recorder.eager_begin(fn, comm, root if fn == "bcast" else -1, x)
     try:  # also at size 0: every rank makes the same MPI calls
         call(send, recv, mpitype)
     except MPI.Exception as e:
-        raise _failure(fn, mpi_fn, comm, e) from None
+        failure = _failure(fn, mpi_fn, comm, e)
+        recorder.eager_end(ref, str(failure))
+        raise failure from None
+    recorder.eager_end(ref)
     return x if recv is None else _new_array(x, recv)
 
 

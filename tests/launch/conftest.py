@@ -57,13 +57,17 @@ def several_devices(env, args) -> bool:
     return bool(count and int(count.group(1)) > 1) or "--devices" in args
 
 
-@pytest.fixture
-def mpirun():
+def runner(record_dir):
+    """run(n, *args, env=None, timeout=300): a job of n ranks of
+    `python args...` from the repository's root, as a Job. The flight
+    recorder's rings (a timeout, an MPI error) go to record_dir, not the
+    working directory (the repository's root)."""
     def run(n, *args, env=None, timeout=300):
         full_env = dict(os.environ)
         for k in [k for k in full_env if k.startswith(("PMI_", "PMIX_", "OMPI_COMM"))]:
             del full_env[k]
         full_env.update(san_env())
+        full_env["JAXMPI_RECORD_DIR"] = str(record_dir)
         full_env.update(env or {})
         if several_devices(full_env, args):
             full_env["JAX_ENABLE_COMPILATION_CACHE"] = "false"
@@ -73,3 +77,14 @@ def mpirun():
         return Job(proc)
 
     return run
+
+
+@pytest.fixture
+def mpirun(tmp_path):
+    return runner(tmp_path / "jaxmpi-record")
+
+
+@pytest.fixture(scope="module")
+def mpirun_module(tmp_path_factory):
+    """mpirun for a job that a module's tests share."""
+    return runner(tmp_path_factory.mktemp("jaxmpi-record"))
