@@ -658,7 +658,9 @@ static void verdict_sentences(jm_text *t, const jm_rings *rs,
         groups[g].in[groups[g].n++] = (jm_member){q, e};
     }
   }
-  qsort(groups, (size_t)ngroups, sizeof *groups, cmp_group);
+  /* (groups is NULL where no entry is open: qsort's pointer must not be,
+   * even for no elements; UBSan) */
+  if (ngroups > 1) qsort(groups, (size_t)ngroups, sizeof *groups, cmp_group);
   int said = 0;
   /* Ranks whose stuck call a sentence already named. */
   char *described = calloc((size_t)rs->size + 1, 1);
@@ -1129,7 +1131,7 @@ int64_t jaxmpi_trace_convert(const char *bin, const char *json, char *err,
     free(buf);
     return -1;
   }
-  qsort(spans, nspans, sizeof *spans, cmp_span);
+  if (nspans > 1) qsort(spans, nspans, sizeof *spans, cmp_span);
   double rate = 1.0;
   if (h.clock && last.ticks != h.ref_ticks)
     rate = (double)(last.ns - h.ref_ns) / (double)(last.ticks - h.ref_ticks);
