@@ -470,6 +470,21 @@ static int ring_complete(const jm_ring *r) {
   return r->ne && r->e[0].number == 1;
 }
 
+/* "rank q calls|called OP where ranks ... call WHAT: the ranks disagree
+ * ...": rank q of a collective's group is in another op, `e`. */
+static void say_disagree(jm_text *t, const jm_rings *rs, int q,
+                         const jm_ring_entry *e, int full, const char *verb,
+                         const int *waiting, int nwaiting, const char *what) {
+  jm_text other = {0};
+  describe(&other, rs, &rs->r[q], e, full);
+  tprintf(t, "rank %d %s %s where ", q, verb, other.p ? other.p : "?");
+  describe_ranks(t, waiting, nwaiting);
+  tprintf(t, " call%s %s: the ranks disagree on the order of collective "
+             "calls on this communicator.",
+          nwaiting == 1 ? "s" : "", what ? what : "?");
+  free(other.p);
+}
+
 /* One group's sentences. Returns 1 if it named a rank that is not in the
  * call (a cause), 0 if every member is in it. */
 static int explain_group(jm_text *t, const jm_rings *rs, const jm_group *g,
@@ -510,15 +525,9 @@ static int explain_group(jm_text *t, const jm_rings *rs, const jm_group *g,
   /* Ranks in it with another op. */
   for (int i = 0; i < g->n; i++) {
     if (strcmp(coll_name(g->in[i].e), expected) == 0) continue;
-    jm_text other = {0};
-    describe(&other, rs, &rs->r[g->in[i].rank], g->in[i].e, 0);
-    tprintf(t, "%srank %d calls %s where ", causes ? " " : "", g->in[i].rank,
-            other.p ? other.p : "?");
-    describe_ranks(t, waiting, nwaiting);
-    tprintf(t, " call%s %s: the ranks disagree on the order of collective "
-               "calls on this communicator.",
-            nwaiting == 1 ? "s" : "", what.p ? what.p : "?");
-    free(other.p);
+    tprintf(t, "%s", causes ? " " : "");
+    say_disagree(t, rs, g->in[i].rank, g->in[i].e, 0, "calls", waiting,
+                 nwaiting, what.p);
     causes++;
   }
   /* Members that are not in it. */
@@ -543,14 +552,7 @@ static int explain_group(jm_text *t, const jm_rings *rs, const jm_group *g,
     const jm_ring_entry *e = call_at(r, g->comm, g->seq, &wait);
     if (e && strcmp(e->op, expected) != 0 &&
         !((wait && strcmp(coll_name(wait), expected) == 0))) {
-      jm_text other = {0};
-      describe(&other, rs, r, e, 1);
-      tprintf(t, "rank %d called %s where ", q, other.p ? other.p : "?");
-      describe_ranks(t, waiting, nwaiting);
-      tprintf(t, " call%s %s: the ranks disagree on the order of collective "
-                 "calls on this communicator.",
-              nwaiting == 1 ? "s" : "", what.p ? what.p : "?");
-      free(other.p);
+      say_disagree(t, rs, q, e, 1, "called", waiting, nwaiting, what.p);
       causes++;
     } else if (e && (e->flags & JM_REC_START) && !wait) {
       tprintf(t, "rank %d started %s but has not waited for it; ", q,
