@@ -332,6 +332,11 @@ SUITE = ["-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
          "long_message"]
 
 
+# JAXMPI_TEST_SWITCHES=0: CI runs this in default (MPICH), openmpi (Open
+# MPI 5) and asan (the sanitizers), not again for Intel MPI and Open MPI 4
+# (18 and 45 s there).
+@pytest.mark.skipif(os.environ.get("JAXMPI_TEST_SWITCHES", "1") == "0",
+                    reason="JAXMPI_TEST_SWITCHES=0")
 def test_suite_passes_with_switches_on(mpirun):
     # Every op through the nonblocking path and the cross-rank checks.
     env = {"JAXMPI_TIMEOUT": "120", "JAXMPI_CHECK": "1"}

@@ -9,7 +9,7 @@ munged; Debian's packages, SLURM_PACKAGES).
            in the allocation: hydra's slurm bootstrap, Open MPI's plm/slurm.
 
 Both must place ranks on the nodes Slurm chose, move the traffic over the
-hosts' eth0, pass the op and autodiff suites (srun) and give the
+hosts' eth0, pass the op suites (srun: SRUN_SUITE) and give the
 shallow-water model's state bit for bit as one host does; the fault cases
 (a killed host here, a killed rank in test_faults.py) must end every rank
 non-zero within 60 s.
@@ -28,6 +28,15 @@ from test_across_hosts import (PYTEST, SUITE, SUITE_FLOOR, one_host_reference,
 from test_faults import BOUND, report, start_job
 
 VIAS = ["srun", "sbatch"]
+# Under srun, the files of the across-hosts suite whose traffic is not one
+# collective per call (point to point, halos, variable counts, scans,
+# pytrees): what srun changes is how the ranks are started and wired up
+# (PMI-2, PMIx), not the transport, which the whole suite crosses at
+# 2 hosts x 2 under each MPI's own launcher (test_across_hosts.py).
+# test_collectives.py and test_autodiff.py (932 of the suite's 1168 tests)
+# took 118 s of Open MPI's 2 x 1 run beside CI's other configurations.
+SRUN_SUITE = [f for f in SUITE if os.path.basename(f) not in
+              ("test_collectives.py", "test_autodiff.py")]
 
 
 @pytest.fixture
@@ -96,11 +105,11 @@ def test_ranks_on_the_nodes_slurm_chose(slurm_cluster, mpi, via):
         assert moved["rx"] >= need and moved["tx"] >= need, (h, moved, need, res)
 
 
-def test_op_and_autodiff_suites_under_srun(slurm_cluster, mpi):
+def test_op_suites_under_srun(slurm_cluster, mpi):
     # One rank per host (2 x 2 is the probe's and the shallow-water model's
     # layout here; the suites at 2 x 2 took 4 min with Open MPI on 2 cores).
     c = slurm_cluster(2)
-    res = c.launch(["python", *PYTEST, *SUITE], mpi, ranks_per_host=1, env=RANK_ENV,
+    res = c.launch(["python", *PYTEST, *SRUN_SUITE], mpi, ranks_per_host=1, env=RANK_ENV,
                    timeout=1500, cwd=ROOT, via="srun")
     assert res.returncode == 0 and not res.timed_out, res
     out = res.stdout
