@@ -66,6 +66,7 @@ typedef int jm_Comm_delete_attr_function(jm_Comm, int, void *, void *);
     (const void *, void *, jm_Count, jm_Datatype, jm_Op, jm_Comm))             \
   X(int, Reduce, 1,                                                            \
     (const void *, void *, int, jm_Datatype, jm_Op, int, jm_Comm))             \
+  X(int, Reduce_local, 1, (const void *, void *, int, jm_Datatype, jm_Op))     \
   X(int, Reduce_c, 0,                                                          \
     (const void *, void *, jm_Count, jm_Datatype, jm_Op, int, jm_Comm))        \
   X(int, Scan, 1, (const void *, void *, int, jm_Datatype, jm_Op, jm_Comm))    \

@@ -1,5 +1,7 @@
-/* The flight recorder's writing side: see record.h. The reading side (the
- * verdict, the Chrome trace) is record_read.c. */
+/* The flight recorder's writing side: see record.h. Its clock, call sites
+ * and communicators are record_base.c's; the reading side is ring_read.c
+ * (rings loaded), record_read.c (the verdict, JSON) and trace_read.c (the
+ * Chrome trace). */
 #define _GNU_SOURCE
 #include "record.h"
 
@@ -14,103 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- the clock -------------------------------------------------------------
- * Calls are timed with the CPU's cycle counter where the kernel itself
- * trusts it (x86's TSC when it is the clock source, aarch64's virtual
- * counter): about a third of clock_gettime's cost, which at two reads per
- * call is most of the recorder's. Counts are turned into CLOCK_MONOTONIC
- * nanoseconds only when written out, from two reference points. */
-
-/* Added to this process's clock: JAXMPI_RECORD_CLOCK_SKEW_NS times its
- * rank, a test's stand-in for hosts whose clocks differ (the trace's
- * alignment must undo it). 0 otherwise. */
-static int64_t clock_skew;
-
-static int64_t mono_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + clock_skew;
-}
-
-static int64_t real_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static int use_counter; /* written once at configuration */
-
-static inline uint64_t ticks(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  if (use_counter) return __builtin_ia32_rdtsc();
-#elif defined(__aarch64__)
-  if (use_counter) {
-    uint64_t v;
-    __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
-    return v;
-  }
-#endif
-  return (uint64_t)mono_ns();
-}
-
-/* Reference points: (ticks, ns) at configuration, and a rate (ns per tick)
- * measured over a few milliseconds then; a later point (taken when ticks are
- * converted) lengthens the baseline. */
-static int64_t ref_ticks, ref_ns;
-static double ref_rate = 1.0;
-
-static void calibrate(void) {
-  ref_ticks = (int64_t)ticks();
-  ref_ns = mono_ns();
-  if (!use_counter) return;
-  int64_t t1, n1;
-  do {
-    t1 = (int64_t)ticks();
-    n1 = mono_ns();
-  } while (n1 - ref_ns < 2000000);
-  ref_rate = (double)(n1 - ref_ns) / (double)(t1 - ref_ticks);
-}
-
-static int counter_trusted(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  /* The kernel keeps clocksource "tsc" only where the TSC is invariant and
-   * synchronised across cores. */
-  int fd = open("/sys/devices/system/clocksource/clocksource0/current_clocksource",
-                O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  char buf[16] = {0};
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  return n >= 3 && strncmp(buf, "tsc", 3) == 0;
-#elif defined(__aarch64__)
-  return 1;
-#else
-  return 0;
-#endif
-}
-
-/* Counter value -> CLOCK_MONOTONIC ns, with `now` a fresh (ticks, ns) pair
- * that refines the rate when it lies far enough from the first. Safe in a
- * signal handler. */
-typedef struct jm_clock_map {
-  int64_t t0, n0;
-  double rate;
-} jm_clock_map;
-
-static jm_clock_map clock_map_now(void) {
-  jm_clock_map m = {ref_ticks, ref_ns, ref_rate};
-  if (!use_counter) return m;
-  const int64_t t1 = (int64_t)ticks(), n1 = mono_ns();
-  if (n1 - ref_ns > 100000000 && t1 > ref_ticks)
-    m.rate = (double)(n1 - ref_ns) / (double)(t1 - ref_ticks);
-  return m;
-}
-
-static int64_t to_ns(const jm_clock_map *m, uint64_t t) {
-  return m->n0 + (int64_t)((double)((int64_t)t - m->t0) * m->rate);
-}
-
-int64_t jaxmpi_record_now_ns(void) { return mono_ns(); }
+#include "record_base.h"
 
 /* ---- configuration ---------------------------------------------------------
  * Written once by jaxmpi_record_configure before any call is recorded. */
@@ -139,217 +45,6 @@ int jm_record_on(void) {
   return atomic_load_explicit(&recording, memory_order_relaxed);
 }
 
-/* ---- call sites ------------------------------------------------------------
- * Open addressing on the id; full, a site stays unknown (messages then name
- * no line). Written at lowering, read on error, dump and trace paths (a
- * dump in a signal handler reads it without the lock: an entry's text is
- * written before its id). */
-#define JM_MAX_SITES 4096
-static struct {
-  _Atomic int64_t id;
-  char text[200];
-} sites[JM_MAX_SITES];
-static pthread_mutex_t sites_lock = PTHREAD_MUTEX_INITIALIZER;
-
-int jm_site_register(int64_t id, const char *text) {
-  if (!id || !text) return -1;
-  int rc = -1;
-  pthread_mutex_lock(&sites_lock);
-  for (size_t k = 0; k < JM_MAX_SITES; k++) {
-    size_t i = ((uint64_t)id + k) % JM_MAX_SITES;
-    int64_t have = atomic_load_explicit(&sites[i].id, memory_order_relaxed);
-    if (have && have != id) continue;
-    if (!have) {
-      snprintf(sites[i].text, sizeof sites[i].text, "%s", text);
-      atomic_store_explicit(&sites[i].id, id, memory_order_release);
-    }
-    rc = 0;
-    break;
-  }
-  pthread_mutex_unlock(&sites_lock);
-  return rc;
-}
-
-/* The site's slot, or NULL; no lock (texts never change once published). */
-static const char *site_find(int64_t id) {
-  if (!id) return NULL;
-  for (size_t k = 0; k < JM_MAX_SITES; k++) {
-    size_t i = ((uint64_t)id + k) % JM_MAX_SITES;
-    int64_t have = atomic_load_explicit(&sites[i].id, memory_order_acquire);
-    if (!have) return NULL;
-    if (have == id) return sites[i].text;
-  }
-  return NULL;
-}
-
-const char *jm_site_text(int64_t id, char *out, size_t len) {
-  if (len) out[0] = '\0';
-  const char *t = len ? site_find(id) : NULL;
-  if (t) snprintf(out, len, "%s", t);
-  return out;
-}
-
-/* ---- communicators ---------------------------------------------------------
- * What the recorder knows of a communicator: the COMM_WORLD rank of each
- * member (for the reader: who takes part in a collective, who a peer is),
- * a key the same on every member, and its call counters. Made at its first
- * recorded call (a few local MPI calls), kept in a registry for dumps and
- * found again through a lock-free table of handles; a delete callback
- * (an attribute set on it) takes a freed communicator out of that table,
- * so a handle MPI reuses gets a state of its own. */
-typedef struct jm_rcomm {
-  uint64_t key;
-  uint64_t members_hash;
-  int size, rank, position, nmembers;
-  int32_t *members;
-  _Atomic int64_t collectives, p2p;
-} jm_rcomm;
-
-#define JM_MAX_RCOMMS 1024
-static jm_rcomm *_Atomic registry[JM_MAX_RCOMMS];
-static _Atomic int nregistry;
-
-#define JM_MAP 512 /* power of two */
-#define JM_PROBES 4 /* a handle sits within this many slots of its hash */
-#define JM_TOMB UINT64_MAX
-static struct {
-  _Atomic uint64_t handle; /* JM_U64(comm) + 1; 0 empty; JM_TOMB freed */
-  jm_rcomm *_Atomic comm;
-} map[JM_MAP];
-static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
-static int keyval;
-static int keyval_made;
-
-static size_t map_slot(uint64_t h) {
-  return (size_t)((h * 0x9e3779b97f4a7c15ull) >> 55) & (JM_MAP - 1);
-}
-
-static uint64_t mix(uint64_t h, uint64_t v) {
-  h = (h ^ v) * 0x9e3779b97f4a7c15ull;
-  return h ^ (h >> 29);
-}
-
-static int forget_comm(jm_Comm comm, int kv, void *val, void *extra) {
-  (void)kv, (void)val, (void)extra;
-  const uint64_t h = JM_U64(comm) + 1;
-  size_t i = map_slot(h);
-  for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
-    uint64_t x = atomic_load(&map[i].handle);
-    if (x == 0) break;
-    if (x == h) {
-      atomic_store(&map[i].handle, JM_TOMB);
-      break;
-    }
-  }
-  return 0;
-}
-
-static int keep_no_copy(jm_Comm old, int kv, void *extra, void *in, void *out,
-                        int *flag) {
-  (void)old, (void)kv, (void)extra, (void)in, (void)out;
-  *flag = 0; /* a duplicate is a communicator of its own */
-  return 0;
-}
-
-/* The members' COMM_WORLD ranks (NULL when MPI cannot say). */
-static int32_t *world_ranks(jm_Comm comm, int size) {
-  if (!cfg.world || size <= 0) return NULL;
-  jm_Group g, wg;
-  if (jm_mpi.Comm_group(comm, &g)) return NULL;
-  if (jm_mpi.Comm_group(JM_HANDLE(jm_Comm, cfg.world), &wg)) {
-    jm_mpi.Group_free(&g);
-    return NULL;
-  }
-  int *in = malloc(sizeof(int) * (size_t)size);
-  int32_t *out = malloc(sizeof(int32_t) * (size_t)size);
-  int ok = in && out;
-  if (ok) {
-    for (int i = 0; i < size; i++) in[i] = i;
-    ok = jm_mpi.Group_translate_ranks(g, size, in, wg, (int *)out) == 0;
-  }
-  jm_mpi.Group_free(&g);
-  jm_mpi.Group_free(&wg);
-  free(in);
-  if (!ok) {
-    free(out);
-    return NULL;
-  }
-  return out;
-}
-
-static jm_rcomm *comm_make(jm_Comm comm, int position) {
-  jm_rcomm *rc = calloc(1, sizeof *rc);
-  if (!rc) return NULL;
-  rc->position = position;
-  if (jm_mpi.Comm_size(comm, &rc->size) || jm_mpi.Comm_rank(comm, &rc->rank)) {
-    free(rc);
-    return NULL;
-  }
-  rc->members = world_ranks(comm, rc->size);
-  rc->nmembers = rc->members ? rc->size : 0;
-  uint64_t h = 0x6a09e667f3bcc908ull ^ (uint64_t)rc->size;
-  for (int i = 0; i < rc->nmembers; i++) h = mix(h, (uint64_t)rc->members[i]);
-  rc->members_hash = h;
-  /* Communicators of the same members at the same position are told apart
-   * by the order of their first calls, which SPMD programs share. */
-  int ordinal = 0;
-  const int n = atomic_load(&nregistry);
-  for (int i = 0; i < n; i++) {
-    const jm_rcomm *o = atomic_load(&registry[i]);
-    if (o && o->members_hash == h && o->position == position) ordinal++;
-  }
-  rc->key = mix(mix(h, (uint64_t)ordinal), (uint64_t)(position + 2)) | 1;
-  return rc;
-}
-
-static jm_rcomm *comm_slow(jm_Comm comm, int position) {
-  jm_rcomm *rc = NULL;
-  int flag = 0;
-  void *val = NULL;
-  pthread_mutex_lock(&comms_lock);
-  if (keyval_made && jm_mpi.Comm_get_attr(comm, keyval, &val, &flag) == 0 &&
-      flag) {
-    rc = val;
-  } else {
-    rc = comm_make(comm, position);
-    if (rc) {
-      int n = atomic_load(&nregistry);
-      if (n < JM_MAX_RCOMMS) {
-        atomic_store(&registry[n], rc);
-        atomic_store(&nregistry, n + 1);
-      }
-      if (keyval_made) jm_mpi.Comm_set_attr(comm, keyval, rc);
-    }
-  }
-  if (rc && keyval_made) {
-    /* (Full near its hash: found through its attribute every time.) */
-    const uint64_t h = JM_U64(comm) + 1;
-    size_t i = map_slot(h);
-    for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
-      uint64_t x = atomic_load(&map[i].handle);
-      if (x == h) break;
-      if (x == 0 || x == JM_TOMB) {
-        atomic_store_explicit(&map[i].comm, rc, memory_order_relaxed);
-        atomic_store_explicit(&map[i].handle, h, memory_order_release);
-        break;
-      }
-    }
-  }
-  pthread_mutex_unlock(&comms_lock);
-  return rc;
-}
-
-static inline jm_rcomm *comm_of(jm_Comm comm, int position) {
-  const uint64_t h = JM_U64(comm) + 1;
-  size_t i = map_slot(h);
-  for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
-    uint64_t x = atomic_load_explicit(&map[i].handle, memory_order_acquire);
-    if (x == h) return atomic_load_explicit(&map[i].comm, memory_order_relaxed);
-    if (x == 0) break;
-  }
-  return comm_slow(comm, position);
-}
-
 /* ---- the ring --------------------------------------------------------------
  * An entry's status word holds its number and state: number << 3 | state
  * (state 0 while begin writes it). A reader copies an entry between two
@@ -359,10 +54,8 @@ typedef struct jm_entry {
   _Atomic uint64_t status;
   uint64_t t0;
   _Atomic uint64_t t1;
-  const char *op, *kind, *dtype;
-  const jm_rcomm *comm;
-  int64_t seq, site, bytes, link;
-  int32_t flags, position, peer, peer2, tag, pad_;
+  const jm_rcomm *comm; /* call.comm's: its key, size, rank, members */
+  jm_record_call call;  /* as begun; call.seq: its number on comm */
 } jm_entry;
 
 static jm_entry *ring;
@@ -374,11 +67,11 @@ static void trace_call(const jm_entry *e, uint64_t number, uint64_t t1,
 jm_record_ref jm_record_begin(const jm_record_call *w) {
   jm_record_ref ref = {0, 0};
   if (!atomic_load_explicit(&recording, memory_order_relaxed)) return ref;
-  const uint64_t t0 = ticks();
+  const uint64_t t0 = jm_ticks();
   const jm_rcomm *rc = NULL;
   int64_t seq = w->seq;
   if (w->has_comm) {
-    jm_rcomm *c = comm_of(w->comm, w->position);
+    jm_rcomm *c = jm_rcomm_of(w->comm, w->position);
     rc = c;
     if (c && !seq) {
       /* One thread per communicator makes its collectives (MPI's rule);
@@ -395,19 +88,9 @@ jm_record_ref jm_record_begin(const jm_record_call *w) {
   atomic_store_explicit(&e->status, number << 3, memory_order_relaxed);
   atomic_thread_fence(memory_order_release);
   e->t0 = t0;
-  e->op = w->op;
-  e->kind = w->kind;
-  e->dtype = w->dtype;
   e->comm = rc;
-  e->seq = seq;
-  e->site = w->site;
-  e->bytes = w->bytes;
-  e->link = w->link;
-  e->flags = (int32_t)w->flags;
-  e->position = w->position;
-  e->peer = w->peer;
-  e->peer2 = w->peer2;
-  e->tag = w->tag;
+  e->call = *w;
+  e->call.seq = seq;
   atomic_store_explicit(&e->status, number << 3 | JM_REC_WAITING,
                         memory_order_release);
   ref.number = (int64_t)number;
@@ -419,7 +102,7 @@ void jm_record_end(jm_record_ref ref, int state) {
   if (!ref.number) return;
   const uint64_t number = (uint64_t)ref.number;
   jm_entry *e = &ring[number & mask];
-  const uint64_t t1 = ticks();
+  const uint64_t t1 = jm_ticks();
   /* t1 first: a reader that sees the end sees its time (a call's t1 is
    * read only once it ended). */
   atomic_store_explicit(&e->t1, t1, memory_order_relaxed);
@@ -506,19 +189,8 @@ static int snapshot(size_t i, jm_entry *copy, uint64_t *status) {
     if (!(s1 & 7)) return 0; /* never written, or being written */
     copy->t0 = e->t0;
     copy->t1 = atomic_load_explicit(&e->t1, memory_order_relaxed);
-    copy->op = e->op;
-    copy->kind = e->kind;
-    copy->dtype = e->dtype;
     copy->comm = e->comm;
-    copy->seq = e->seq;
-    copy->site = e->site;
-    copy->bytes = e->bytes;
-    copy->link = e->link;
-    copy->flags = e->flags;
-    copy->position = e->position;
-    copy->peer = e->peer;
-    copy->peer2 = e->peer2;
-    copy->tag = e->tag;
+    copy->call = e->call;
     atomic_thread_fence(memory_order_acquire);
     uint64_t s2 = atomic_load_explicit(&e->status, memory_order_relaxed);
     if (s1 >> 3 == s2 >> 3 && (s2 & 7)) {
@@ -563,7 +235,7 @@ static int dump_ring_to(const char *dir, const char *path, int reason,
   at = put_str(tmp, sizeof tmp, at, ".");
   at = put_int(tmp, sizeof tmp, at, (int64_t)getpid());
   at = put_str(tmp, sizeof tmp, at, sig ? ".s" : ".n");
-  at = put_int(tmp, sizeof tmp, at, (int64_t)(mono_ns() & 0xffffff));
+  at = put_int(tmp, sizeof tmp, at, (int64_t)(jm_mono_ns() & 0xffffff));
   (void)at;
   make_dirs(dir);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -573,24 +245,18 @@ static int dump_ring_to(const char *dir, const char *path, int reason,
   o.failed = 0;
   o.n = 0;
 
-  const jm_clock_map m = clock_map_now();
+  const jm_clock_map m = jm_clock_map_now();
   jm_ring_header h;
   memset(&h, 0, sizeof h);
-  memcpy(h.magic, JM_RING_MAGIC, sizeof h.magic);
-  h.version = JM_RING_VERSION;
-  h.header_size = sizeof h;
-  h.entry_size = sizeof(jm_ring_entry);
-  h.site_size = sizeof(jm_ring_site);
-  h.rank = cfg.rank;
-  h.size = cfg.size;
-  h.pid = cfg.pid;
+  h.head = jm_file_head_make(JM_RING_MAGIC, JM_RING_VERSION, sizeof h,
+                             sizeof(jm_ring_entry), cfg.rank, cfg.size, cfg.pid);
   h.reason = reason;
   h.signal = sig;
   h.capacity = capacity;
   h.calls = (int64_t)atomic_load(&head);
   h.cause = cause;
-  h.dump_ns = mono_ns();
-  h.dump_real_ns = real_ns();
+  h.dump_ns = jm_mono_ns();
+  h.dump_real_ns = jm_real_ns();
   h.start_real_ns = cfg.start_real_ns;
   copy_name(h.host, sizeof h.host, cfg.host);
   copy_name(h.why, sizeof h.why, why);
@@ -604,7 +270,7 @@ static int dump_ring_to(const char *dir, const char *path, int reason,
     uint64_t st;
     if (snapshot(n & mask, &e, &st) && st >> 3 == n) nentries++;
   }
-  const int ncomms = atomic_load(&nregistry);
+  const int ncomms = atomic_load(&jm_nrcomms);
   h.nentries = nentries;
   h.ncomms = ncomms;
   /* Sites: counted as written below (distinct ids among the entries). */
@@ -613,10 +279,10 @@ static int dump_ring_to(const char *dir, const char *path, int reason,
   for (uint64_t n = first; n <= last && nsites < 128; n++) {
     jm_entry e;
     uint64_t st;
-    if (!snapshot(n & mask, &e, &st) || st >> 3 != n || !e.site) continue;
+    if (!snapshot(n & mask, &e, &st) || st >> 3 != n || !e.call.site) continue;
     int seen = 0;
-    for (int k = 0; k < nsites && !seen; k++) seen = site_ids[k] == e.site;
-    if (!seen && site_find(e.site)) site_ids[nsites++] = e.site;
+    for (int k = 0; k < nsites && !seen; k++) seen = site_ids[k] == e.call.site;
+    if (!seen && jm_site_find(e.call.site)) site_ids[nsites++] = e.call.site;
   }
   h.nsites = nsites;
   out_put(&o, &h, sizeof h);
@@ -628,24 +294,24 @@ static int dump_ring_to(const char *dir, const char *path, int reason,
     jm_ring_entry d;
     memset(&d, 0, sizeof d);
     d.number = (int64_t)n;
-    d.seq = e.seq;
-    d.site = e.site;
-    d.bytes = e.bytes;
-    d.link = e.link;
-    d.begin_ns = to_ns(&m, e.t0);
+    d.seq = e.call.seq;
+    d.site = e.call.site;
+    d.bytes = e.call.bytes;
+    d.link = e.call.link;
+    d.begin_ns = jm_to_ns(&m, e.t0);
     d.state = (int32_t)(st & 7);
-    d.end_ns = d.state == JM_REC_WAITING || !e.t1 ? 0 : to_ns(&m, e.t1);
+    d.end_ns = d.state == JM_REC_WAITING || !e.t1 ? 0 : jm_to_ns(&m, e.t1);
     d.comm = e.comm ? e.comm->key : 0;
     d.comm_size = e.comm ? e.comm->size : 0;
     d.comm_rank = e.comm ? e.comm->rank : -1;
-    d.flags = e.flags;
-    d.position = e.position;
-    d.peer = e.peer;
-    d.peer2 = e.peer2;
-    d.tag = e.tag;
-    copy_name(d.op, sizeof d.op, e.op);
-    copy_name(d.kind, sizeof d.kind, e.kind);
-    copy_name(d.dtype, sizeof d.dtype, e.dtype);
+    d.flags = e.call.flags;
+    d.position = e.call.position;
+    d.peer = e.call.peer;
+    d.peer2 = e.call.peer2;
+    d.tag = e.call.tag;
+    copy_name(d.op, sizeof d.op, e.call.op);
+    copy_name(d.kind, sizeof d.kind, e.call.kind);
+    copy_name(d.dtype, sizeof d.dtype, e.call.dtype);
     out_put(&o, &d, sizeof d);
     written++;
   }
@@ -657,7 +323,7 @@ static int dump_ring_to(const char *dir, const char *path, int reason,
     out_put(&o, &d, sizeof d);
   }
   for (int i = 0; i < ncomms; i++) {
-    const jm_rcomm *rc = atomic_load(&registry[i]);
+    const jm_rcomm *rc = atomic_load(&jm_rcomms[i]);
     jm_ring_comm d;
     memset(&d, 0, sizeof d);
     if (rc) {
@@ -674,7 +340,7 @@ static int dump_ring_to(const char *dir, const char *path, int reason,
     jm_ring_site d;
     memset(&d, 0, sizeof d);
     d.id = site_ids[k];
-    copy_name(d.text, sizeof d.text, site_find(site_ids[k]));
+    copy_name(d.text, sizeof d.text, jm_site_find(site_ids[k]));
     out_put(&o, &d, sizeof d);
   }
   out_flush(&o);
@@ -744,7 +410,7 @@ int jaxmpi_record_peers(int n, const int *ranks, const int *pids,
 }
 
 void jm_record_ask_peers(void) {
-  const int64_t now = mono_ns();
+  const int64_t now = jm_mono_ns();
   int64_t last = atomic_load(&last_ask_ns);
   if (last && now - last < 1000000000) return;
   if (!atomic_compare_exchange_strong(&last_ask_ns, &last, now)) return;
@@ -818,9 +484,7 @@ int jaxmpi_record_configure(int cap, int keep, uint64_t world, int rank,
     return -1;
   }
   const char *skew = getenv("JAXMPI_RECORD_CLOCK_SKEW_NS");
-  clock_skew = skew ? strtoll(skew, NULL, 10) * rank : 0;
-  use_counter = counter_trusted();
-  calibrate();
+  jm_clock_init(skew ? strtoll(skew, NULL, 10) * rank : 0);
   int c = 1;
   while (c < cap) c <<= 1;
   /* The trace needs a call's entry until it ends (an asynchronous wait may
@@ -841,13 +505,12 @@ int jaxmpi_record_configure(int cap, int keep, uint64_t world, int rank,
   cfg.size = size;
   cfg.pid = (int)getpid();
   cfg.grace = grace;
-  cfg.start_real_ns = real_ns();
+  cfg.start_real_ns = jm_real_ns();
   snprintf(cfg.dir, sizeof cfg.dir, "%s", dir ? dir : "");
   snprintf(cfg.host, sizeof cfg.host, "%s", host ? host : "");
   snprintf(cfg.ring_path, sizeof cfg.ring_path, "%s/rank-%d.ring", cfg.dir,
            rank);
-  if (jm_mpi.Comm_create_keyval(keep_no_copy, forget_comm, &keyval, NULL) == 0)
-    keyval_made = 1;
+  (void)jm_rcomms_init(world); /* (failing, found the slow way each call) */
   cfg.configured = 1;
   if (capacity && signals) install_signals();
   atomic_store(&recording, capacity > 0);
@@ -950,7 +613,7 @@ static void site_locked(int64_t id) {
   for (int k = 0; k < JM_MAX_SITES; k++, i = (i + 1) % JM_MAX_SITES) {
     if (sites_written[i] == id) return;
     if (sites_written[i]) continue;
-    const char *t = site_find(id);
+    const char *t = jm_site_find(id);
     if (!t) return;
     jm_ring_site d;
     memset(&d, 0, sizeof d);
@@ -966,18 +629,10 @@ static void site_locked(int64_t id) {
 static void pending_locked(void) {
   if (first_inner.parent) {
     /* One whose call ended elsewhere (or not yet): an event of its own. */
+    const jm_inner *in = &first_inner;
     jm_trace_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.parent = first_inner.parent;
-    ev.t0 = first_inner.t0;
-    ev.t1 = first_inner.t1;
-    ev.bytes = first_inner.count;
-    ev.peer = first_inner.peer;
-    ev.peer2 = JM_REC_NONE;
-    ev.tag = -1;
-    ev.position = (int16_t)first_inner.position;
-    ev.state = JM_REC_DONE;
-    ev.op = name_locked(first_inner.fn);
+    jm_trace_inner_event(&ev, in->parent, name_locked(in->fn), in->t0, in->t1,
+                         in->count, in->peer, in->position);
     trace_put_locked(JM_TRACE_EVENT, &ev, sizeof ev);
     first_inner.parent = 0;
   }
@@ -995,19 +650,19 @@ static void trace_call(const jm_entry *e, uint64_t number, uint64_t t1,
   jm_trace_event ev;
   ev.number = (int64_t)number;
   ev.parent = 0;
-  ev.seq = e->seq;
-  ev.site = e->site;
-  ev.bytes = e->bytes;
-  ev.link = e->link;
+  ev.seq = e->call.seq;
+  ev.site = e->call.site;
+  ev.bytes = e->call.bytes;
+  ev.link = e->call.link;
   ev.t0 = (int64_t)e->t0;
   ev.t1 = (int64_t)t1;
   ev.comm = e->comm ? e->comm->key : 0;
-  ev.peer = e->peer;
-  ev.peer2 = e->peer2;
-  ev.tag = e->tag;
-  ev.position = (int16_t)e->position;
+  ev.peer = e->call.peer;
+  ev.peer2 = e->call.peer2;
+  ev.tag = e->call.tag;
+  ev.position = (int16_t)e->call.position;
   ev.state = (uint8_t)state;
-  ev.flags = (uint8_t)e->flags;
+  ev.flags = (uint8_t)e->call.flags;
   jm_inner *first = &first_inner; /* one TLS lookup */
   const int mine = first->parent == (int64_t)number;
   ev.inner_t0 = mine ? first->t0 : 0;
@@ -1017,9 +672,9 @@ static void trace_call(const jm_entry *e, uint64_t number, uint64_t t1,
   const char *inner_fn = mine ? first->fn : NULL;
   if (mine) first->parent = 0;
   pthread_mutex_lock(&trace_lock);
-  ev.op = name_locked(e->op);
-  ev.kind = name_locked(e->kind);
-  ev.dtype = name_locked(e->dtype);
+  ev.op = name_locked(e->call.op);
+  ev.kind = name_locked(e->call.kind);
+  ev.dtype = name_locked(e->call.dtype);
   ev.inner_op = name_locked(inner_fn);
   site_locked(ev.site);
   trace_put_locked(JM_TRACE_EVENT, &ev, sizeof ev);
@@ -1028,16 +683,16 @@ static void trace_call(const jm_entry *e, uint64_t number, uint64_t t1,
 }
 
 double jm_record_seconds(void) {
-  return use_counter ? (double)ticks() * ref_rate * 1e-9 : (double)mono_ns() * 1e-9;
+  return jm_clock.use_counter ? (double)jm_ticks() * jm_clock.ref_rate * 1e-9 : (double)jm_mono_ns() * 1e-9;
 }
 
 void jm_record_inner(int64_t parent, int position, const char *fn, int peer,
                      int64_t count, double seconds) {
   if (!atomic_load_explicit(&tracing, memory_order_relaxed) || !parent) return;
-  const int64_t t1 = (int64_t)ticks();
+  const int64_t t1 = (int64_t)jm_ticks();
   /* Back from the end by the call's duration, in ticks. */
   const int64_t t0 =
-      t1 - (int64_t)(seconds * 1e9 / (use_counter ? ref_rate : 1.0));
+      t1 - (int64_t)(seconds * 1e9 / (jm_clock.use_counter ? jm_clock.ref_rate : 1.0));
   jm_inner *first = &first_inner; /* one TLS lookup */
   if (!first->parent) {
     *first = (jm_inner){parent, t0, t1, count, fn, peer, position};
@@ -1049,16 +704,7 @@ void jm_record_inner(int64_t parent, int position, const char *fn, int peer,
     pthread_mutex_unlock(&trace_lock);
   }
   jm_trace_event *ev = &pending.ev[pending.n++];
-  memset(ev, 0, sizeof *ev);
-  ev->parent = parent;
-  ev->t1 = t1;
-  ev->t0 = t0;
-  ev->bytes = count;
-  ev->position = (int16_t)position;
-  ev->peer = peer;
-  ev->peer2 = JM_REC_NONE;
-  ev->tag = -1;
-  ev->state = JM_REC_DONE;
+  jm_trace_inner_event(ev, parent, 0, t0, t1, count, peer, position);
   ev->link = (int64_t)(uintptr_t)fn; /* its name, numbered when written */
 }
 
@@ -1087,16 +733,12 @@ int jaxmpi_trace_open(const char *path, int64_t offset_ns, int64_t origin_ns,
   trace_fd = fd;
   jm_trace_header h;
   memset(&h, 0, sizeof h);
-  memcpy(h.magic, JM_TRACE_MAGIC, sizeof h.magic);
-  h.version = JM_TRACE_VERSION;
-  h.header_size = sizeof h;
-  h.event_size = sizeof(jm_trace_event);
-  h.rank = cfg.rank;
-  h.size = cfg.size;
-  h.pid = cfg.pid;
-  h.clock = use_counter;
-  h.ref_ticks = ref_ticks;
-  h.ref_ns = ref_ns;
+  h.head = jm_file_head_make(JM_TRACE_MAGIC, JM_TRACE_VERSION, sizeof h,
+                             sizeof(jm_trace_event), cfg.rank, cfg.size,
+                             cfg.pid);
+  h.clock = jm_clock.use_counter;
+  h.ref_ticks = jm_clock.ref_ticks;
+  h.ref_ns = jm_clock.ref_ns;
   h.offset_ns = offset_ns;
   h.origin_ns = origin_ns;
   h.align_error_ns = error_ns;
@@ -1105,8 +747,8 @@ int jaxmpi_trace_open(const char *path, int64_t offset_ns, int64_t origin_ns,
   trace_n = sizeof h;
   /* A first rate, in case the process ends without closing: the reader
    * takes the last JM_TRACE_END. */
-  jm_trace_end e1 = {ref_ticks + (int64_t)(1e9 / ref_rate), ref_ns + 1000000000};
-  if (!use_counter) e1.ticks = e1.ns;
+  jm_trace_end e1 = {jm_clock.ref_ticks + (int64_t)(1e9 / jm_clock.ref_rate), jm_clock.ref_ns + 1000000000};
+  if (!jm_clock.use_counter) e1.ticks = e1.ns;
   trace_put_locked(JM_TRACE_END, &e1, sizeof e1);
   trace_write_locked();
   pthread_mutex_unlock(&trace_lock);
@@ -1136,7 +778,7 @@ int jaxmpi_trace_close(char *err, size_t errlen) {
     return 0;
   }
   pending_locked();
-  jm_trace_end e = {(int64_t)ticks(), mono_ns()};
+  jm_trace_end e = {(int64_t)jm_ticks(), jm_mono_ns()};
   trace_put_locked(JM_TRACE_END, &e, sizeof e);
   trace_write_locked();
   int rc = trace_failed ? -1 : 0;
@@ -1156,7 +798,7 @@ int jaxmpi_trace_close(char *err, size_t errlen) {
  * reader). */
 static void trace_flush_signal(void) {
   if (trace_fd < 0 || !trace_buf) return;
-  jm_trace_end e = {(int64_t)ticks(), mono_ns()};
+  jm_trace_end e = {(int64_t)jm_ticks(), jm_mono_ns()};
   if (trace_n + sizeof(jm_trace_record) + sizeof e <= JM_TRACE_BUF) {
     jm_trace_record r = {JM_TRACE_END, sizeof e};
     memcpy(trace_buf + trace_n, &r, sizeof r);
@@ -1180,27 +822,27 @@ int jaxmpi_record_align(uint64_t comm_handle, int rounds, int64_t *offset_ns,
   const int tag = 32100;
   *offset_ns = 0;
   *error_ns = 0;
-  int64_t origin = mono_ns();
+  int64_t origin = jm_mono_ns();
   if (rank == 0) {
     for (int r = 1; r < size; r++)
       for (int k = 0; k < rounds; k++) {
         int64_t t;
         jm_Status st;
         if ((rc = jm_mpi.Recv(&t, 8, jm_const.byte, r, tag, comm, &st))) return rc;
-        t = mono_ns();
+        t = jm_mono_ns();
         if ((rc = jm_mpi.Send(&t, 8, jm_const.byte, r, tag, comm))) return rc;
       }
-    origin = mono_ns();
+    origin = jm_mono_ns();
     for (int r = 1; r < size; r++)
       if ((rc = jm_mpi.Send(&origin, 8, jm_const.byte, r, tag, comm))) return rc;
   } else {
     int64_t best = INT64_MAX;
     for (int k = 0; k < rounds; k++) {
-      int64_t t0 = mono_ns(), t;
+      int64_t t0 = jm_mono_ns(), t;
       jm_Status st;
       if ((rc = jm_mpi.Send(&t0, 8, jm_const.byte, 0, tag, comm))) return rc;
       if ((rc = jm_mpi.Recv(&t, 8, jm_const.byte, 0, tag, comm, &st))) return rc;
-      const int64_t t1 = mono_ns();
+      const int64_t t1 = jm_mono_ns();
       if (t1 - t0 < best) {
         best = t1 - t0;
         *offset_ns = t - (t0 + (t1 - t0) / 2);

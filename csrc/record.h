@@ -31,6 +31,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "mpi_api.h"
 
@@ -151,13 +152,23 @@ const char *jm_site_text(int64_t id, char *out, size_t len);
  * `ncomms` communicators (each a jm_ring_comm and its nmembers int32 world
  * ranks), `nsites` sites. */
 #define JM_RING_MAGIC "jaxmpi ring\n\0\0\0\0"
-#define JM_RING_VERSION 1
+#define JM_RING_VERSION 2
 #define JM_NAME_LEN 32
 
-typedef struct jm_ring_header {
+/* What a ring and a trace file begin with: the format (its magic, version
+ * and the sizes of its header, of its items, a ring's jm_ring_entry or a
+ * trace's jm_trace_event, and of its sites, jm_ring_site in both), then the
+ * process that wrote it. A reader takes a file whose format part is the one
+ * it would write itself (jm_file_head_is). */
+typedef struct jm_file_head {
   char magic[16];
-  uint32_t version, header_size, entry_size, site_size;
-  int32_t rank, size, pid, reason;
+  uint32_t version, header_size, item_size, site_size;
+  int32_t rank, size, pid;
+} jm_file_head;
+
+typedef struct jm_ring_header {
+  jm_file_head head;
+  int32_t reason;
   int32_t signal, nentries, ncomms, nsites;
   int32_t capacity, pad_;
   int64_t calls;        /* calls begun since the start */
@@ -196,12 +207,11 @@ typedef struct jm_ring_site {
  * nanoseconds. Records may come in any order (a name after its first use:
  * the reader reads the file twice). */
 #define JM_TRACE_MAGIC "jaxmpi trace\n\0\0\0"
-#define JM_TRACE_VERSION 2
+#define JM_TRACE_VERSION 3
 
 typedef struct jm_trace_header {
-  char magic[16];
-  uint32_t version, header_size, event_size, pad_;
-  int32_t rank, size, pid, clock; /* clock: 0 ticks are ns, 1 a counter */
+  jm_file_head head;
+  int32_t clock; /* 0: ticks are ns, 1: a counter */
   int64_t ref_ticks, ref_ns;      /* when tracing started */
   int64_t offset_ns;   /* add to this process's CLOCK_MONOTONIC: rank 0's */
   int64_t origin_ns;   /* rank 0's CLOCK_MONOTONIC when tracing started */
@@ -245,6 +255,59 @@ typedef struct jm_trace_event {
   uint8_t state, flags;
   uint16_t op, kind, dtype, inner_op; /* names (jm_trace_string), 0: none */
 } jm_trace_event;
+
+/* The head this build writes for a file of that magic and version whose
+ * header and items have those sizes, written by process `pid`, rank `rank`
+ * of `size`. */
+static inline jm_file_head jm_file_head_make(const char *magic,
+                                             uint32_t version,
+                                             uint32_t header_size,
+                                             uint32_t item_size, int32_t rank,
+                                             int32_t size, int32_t pid) {
+  jm_file_head h;
+  memset(&h, 0, sizeof h);
+  memcpy(h.magic, magic, sizeof h.magic);
+  h.version = version;
+  h.header_size = header_size;
+  h.item_size = item_size;
+  h.site_size = sizeof(jm_ring_site);
+  h.rank = rank;
+  h.size = size;
+  h.pid = pid;
+  return h;
+}
+
+/* Whether h's format part is the one this build writes (the process's part
+ * is the caller's to check). */
+static inline int jm_file_head_is(const jm_file_head *h, const char *magic,
+                                  uint32_t version, uint32_t header_size,
+                                  uint32_t item_size) {
+  const jm_file_head want =
+      jm_file_head_make(magic, version, header_size, item_size, 0, 0, 0);
+  return memcmp(h, &want, offsetof(jm_file_head, rank)) == 0;
+}
+
+/* A call's MPI call as a trace event of its own: call `parent`'s MPI call
+ * `op` (a name), from t0 to t1 (ticks), moving `count` elements to or
+ * from `peer` (JM_REC_NONE: none); `position`: the device's, -1 none. The
+ * writer makes one for each MPI call but a call's first, which travels in
+ * the call's event (inner_*); the reader makes the first back from those. */
+static inline void jm_trace_inner_event(jm_trace_event *ev, int64_t parent,
+                                        uint16_t op, int64_t t0, int64_t t1,
+                                        int64_t count, int32_t peer,
+                                        int position) {
+  memset(ev, 0, sizeof *ev);
+  ev->parent = parent;
+  ev->op = op;
+  ev->t0 = t0;
+  ev->t1 = t1;
+  ev->bytes = count;
+  ev->peer = peer;
+  ev->peer2 = JM_REC_NONE;
+  ev->tag = -1;
+  ev->position = (int16_t)position;
+  ev->state = JM_REC_DONE;
+}
 
 /* ---- ctypes entry points (src/jaxmpi/_recorder.py) ---------------------- */
 

@@ -26,9 +26,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LAYERS = [
     ["mpi_api"],                 # the bound MPI function table and constants
     ["watchdog", "halfops",      # deadline-polled waits; float16/bfloat16 ops;
-     "record"],                  # the flight recorder's ring, dumps, trace
+     "record_base"],             # the recorder's clock, sites, communicators
+    ["record"],                  # the flight recorder's ring, dumps, trace
     ["mpi_calls",                # large counts, every call through the watchdog
-     "record_read"],             # the verdict; rings and traces read back
+     "ring_read"],               # rings loaded back, text, JSON strings
+    ["record_read",              # the verdict, rings as JSON, timeouts' side
+     "trace_read"],              # a trace as Chrome trace events
     ["native"],                  # the MPI calls of XLA's own collectives
     ["ffi"],                     # jm_call, frame decoding, errors, debug log
     ["cuda_staging",             # GPU staging, jm_copy / jm_zero

@@ -4,8 +4,9 @@
 # Debian's Open MPI, launched by their own launchers and by Slurm (srun,
 # sbatch; Debian's packages). Needs root (ip netns, unshare, apt-get).
 #   scripts/ci_multihost.sh WORKDIR
-# JAXMPI_MULTIHOST_LAYOUTS picks the suite layouts (default here 2x2: two
-# hosts of two ranks, shared memory within a host and TCP between them).
+# JAXMPI_MULTIHOST_LAYOUTS picks the suite layouts (default here
+# mpich:2x2,openmpi:2x1: MPICH on two hosts of two ranks, shared memory
+# within a host and TCP between them; Open MPI on two hosts of one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 work=${1:?usage: scripts/ci_multihost.sh WORKDIR}
@@ -32,7 +33,7 @@ fi
 JAXMPI_MPI=mpich JAXMPI_VENV="$work/venv-multihost" ./run setup
 JAXMPI_MPI=system JAXMPI_VENV="$work/venv-multihost-openmpi" ./run setup
 export JAXMPI_OPENMPI_VENV="$work/venv-multihost-openmpi"
-export JAXMPI_MULTIHOST_LAYOUTS=${JAXMPI_MULTIHOST_LAYOUTS:-2x2}
+export JAXMPI_MULTIHOST_LAYOUTS=${JAXMPI_MULTIHOST_LAYOUTS:-mpich:2x2,openmpi:2x1}
 # 2 hosts x 2 ranks share 2 cores: MPICH's ranks yield while they wait, as
 # in ./run (hydra forwards the launcher's environment to every host).
 . scripts/mpich_yield.sh

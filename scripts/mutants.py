@@ -452,12 +452,22 @@ MUTANTS = [
            "XLA's all-to-all: each pair's MPI_Sendrecv sends where it should "
            "receive from", (NATIVE,), select="every_collective", route=True),
     Mutant("c-native-allreduce-op", "csrc/native.c",
-           "jm_Allreduce(send_buffer(s, r), r, n, size,\n"
-           "                                           type, mop,",
-           "jm_Allreduce(send_buffer(s, r), r, n, size,\n"
-           "                                           type, ops[JM_XLA_INDEX(JM_XLA_MAX)],",
+           "jm_Allreduce(send, r, n, size, type, mop,",
+           "jm_Allreduce(send, r, n, size, type, ops[JM_XLA_INDEX(JM_XLA_MAX)],",
            "XLA's all-reduce: every reduction made with MPI_MAX", (NATIVE,),
            select="every_collective", route=True),
+    Mutant("c-native-ring-folds-the-output", "csrc/native.c",
+           "rc = jm_mpi.Reduce_local(sb + part_at(n, p, in)",
+           "rc = jm_mpi.Reduce_local(rb + part_at(n, p, in)",
+           "a large all-reduce's ring folds the received part into itself "
+           "instead of this process's own part", (NATIVE,),
+           select="large_reductions", route=True),
+    Mutant("c-native-ring-allgather-part", "csrc/native.c",
+           "const int out = (me + 1 - k + p) % p, in = (me - k + p) % p;",
+           "const int out = (me + 1 - k + p) % p, in = (me - k - 1 + 2 * p) % p;",
+           "a large all-reduce's ring stores each reduced part it is passed "
+           "one part too far back", (NATIVE,),
+           select="large_reductions", route=True),
     # ---- XLA's collectives in the flight recorder (native.c, test_record) --
     Mutant("c-native-record-one-count", "csrc/native.c",
            "p2p ? &comm->p2p_calls\n"

@@ -146,3 +146,35 @@ def test_in_a_loop_and_under_grad():
     assert np.allclose(got_loop, mean, rtol=1e-5)
     assert np.allclose(got_grad, sum(block(w, r) for r in range(N)),
                        rtol=1e-5)
+
+
+# From 4 MiB (csrc/native.c, JM_RING_BYTES) the layer makes XLA's
+# out-of-place all-reduce itself, round a ring of MPI_Sendrecv and
+# MPI_Reduce_local: each process's part of a large block, of a count
+# that does not split evenly, for every dtype MPI reduces.
+@pytest.mark.parametrize("dtype", REDUCIBLE, ids=str)
+def test_large_reductions(dtype):
+    count = (4 << 20) // dtype.itemsize + 2 * N + 1
+    a = global_data((count * N,), dtype)
+    blocks = [block(a, r) for r in range(N)]
+
+    def body(v):
+        out = {"psum": jax.lax.psum(v, "p")}
+        if dtype.kind != "c":
+            out["pmax"] = jax.lax.pmax(v, "p")
+            out["pmin"] = jax.lax.pmin(v, "p")
+        return out
+
+    got = shard_map(body, out_specs=P("p"))(sharded(a))
+    got = {k: local(v) for k, v in got.items()}
+    stack = np.stack(blocks)
+    wide = (np.complex128 if dtype.kind == "c" else np.int64
+            if dtype.kind in "iu" else np.float64)
+    want = {"psum": np.sum(stack.astype(wide), axis=0).astype(dtype)}
+    if "pmax" in got:
+        want["pmax"] = np.max(stack, axis=0)
+        want["pmin"] = np.min(stack, axis=0)
+    # global_data's values are small integers: every sum is exact, in any
+    # order, so the ring's result is compared bit for bit
+    bad = [k for k in want if not np.array_equal(got[k], want[k])]
+    assert not bad, {k: (got[k][:8], want[k][:8]) for k in bad}
