@@ -568,37 +568,41 @@ static int64_t part_len(int64_t n, int p, int i) {
   return n / p + (i < n % p);
 }
 
+/* One step round the ring: part `out` of `from` to the next process, part
+ * `in` of the previous one's into r. */
+static int ring_step(const char *from, int out, char *r, int in, int64_t n,
+                     size_t size, jm_Datatype type, const jm_native_comm *c) {
+  const int p = c->size;
+  jm_Status st;
+  return jm_Sendrecv(from + part_at(n, p, out) * (int64_t)size,
+                     part_len(n, p, out), size, type, (c->rank + 1) % p,
+                     JM_RING_TAG, r + part_at(n, p, in) * (int64_t)size,
+                     part_len(n, p, in), size, type, (c->rank + p - 1) % p,
+                     JM_RING_TAG, c->comm, &st);
+}
+
 static int ring_allreduce(const void *s, void *r, int64_t n, size_t size,
                           jm_Datatype type, jm_Op op,
                           const jm_native_comm *c) {
   const int p = c->size, me = c->rank;
-  const int next = (me + 1) % p, prev = (me + p - 1) % p;
   const char *sb = s;
   char *rb = r;
-  jm_Status st;
   /* Step k sends the part received at step k - 1 (at 0: its own, from s)
-   * and receives the part one further back; after P - 1 steps part me + 1
-   * holds every process's contribution. */
+   * and receives the part one further back, folding its own part of s into
+   * it; after P - 1 steps part me + 1 holds every process's contribution. */
   for (int k = 0; k < p - 1; k++) {
     const int out = (me - k + p) % p, in = (me - k - 1 + 2 * p) % p;
-    char *into = rb + part_at(n, p, in) * (int64_t)size;
-    int rc = jm_Sendrecv((k ? rb : sb) + part_at(n, p, out) * (int64_t)size,
-                         part_len(n, p, out), size, type, next, JM_RING_TAG,
-                         into, part_len(n, p, in), size, type, prev,
-                         JM_RING_TAG, c->comm, &st);
+    int rc = ring_step(k ? rb : sb, out, rb, in, n, size, type, c);
     if (!rc)
-      rc = jm_mpi.Reduce_local(sb + part_at(n, p, in) * (int64_t)size, into,
+      rc = jm_mpi.Reduce_local(sb + part_at(n, p, in) * (int64_t)size,
+                               rb + part_at(n, p, in) * (int64_t)size,
                                (int)part_len(n, p, in), type, op);
     if (rc) return rc;
   }
   /* Then the reduced parts go round: step k passes on part me + 1 - k. */
   for (int k = 0; k < p - 1; k++) {
     const int out = (me + 1 - k + p) % p, in = (me - k + p) % p;
-    int rc = jm_Sendrecv(rb + part_at(n, p, out) * (int64_t)size,
-                         part_len(n, p, out), size, type, next, JM_RING_TAG,
-                         rb + part_at(n, p, in) * (int64_t)size,
-                         part_len(n, p, in), size, type, prev, JM_RING_TAG,
-                         c->comm, &st);
+    int rc = ring_step(rb, out, rb, in, n, size, type, c);
     if (rc) return rc;
   }
   return 0;

@@ -141,21 +141,11 @@ const char *jm_site_text(int64_t id, char *out, size_t len) {
 jm_rcomm *_Atomic jm_rcomms[JM_MAX_RCOMMS];
 _Atomic int jm_nrcomms;
 
-#define JM_MAP 512 /* power of two */
-#define JM_PROBES 4 /* a handle sits within this many slots of its hash */
-#define JM_TOMB UINT64_MAX
-static struct {
-  _Atomic uint64_t handle; /* JM_U64(comm) + 1; 0 empty; JM_TOMB freed */
-  jm_rcomm *_Atomic comm;
-} map[JM_MAP];
+jm_rcomm_slot jm_rcomm_map[JM_MAP];
 static pthread_mutex_t comms_lock = PTHREAD_MUTEX_INITIALIZER;
 static int keyval;
 static int keyval_made;
 static uint64_t world; /* COMM_WORLD's handle (jm_rcomms_init) */
-
-static size_t map_slot(uint64_t h) {
-  return (size_t)((h * 0x9e3779b97f4a7c15ull) >> 55) & (JM_MAP - 1);
-}
 
 static uint64_t mix(uint64_t h, uint64_t v) {
   h = (h ^ v) * 0x9e3779b97f4a7c15ull;
@@ -165,12 +155,12 @@ static uint64_t mix(uint64_t h, uint64_t v) {
 static int forget_comm(jm_Comm comm, int kv, void *val, void *extra) {
   (void)kv, (void)val, (void)extra;
   const uint64_t h = JM_U64(comm) + 1;
-  size_t i = map_slot(h);
+  size_t i = jm_rcomm_slot_of(h);
   for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
-    uint64_t x = atomic_load(&map[i].handle);
+    uint64_t x = atomic_load(&jm_rcomm_map[i].handle);
     if (x == 0) break;
     if (x == h) {
-      atomic_store(&map[i].handle, JM_TOMB);
+      atomic_store(&jm_rcomm_map[i].handle, JM_TOMB);
       break;
     }
   }
@@ -235,7 +225,7 @@ static jm_rcomm *comm_make(jm_Comm comm, int position) {
   return rc;
 }
 
-static jm_rcomm *comm_slow(jm_Comm comm, int position) {
+jm_rcomm *jm_rcomm_slow(jm_Comm comm, int position) {
   jm_rcomm *rc = NULL;
   int flag = 0;
   void *val = NULL;
@@ -257,30 +247,19 @@ static jm_rcomm *comm_slow(jm_Comm comm, int position) {
   if (rc && keyval_made) {
     /* (Full near its hash: found through its attribute every time.) */
     const uint64_t h = JM_U64(comm) + 1;
-    size_t i = map_slot(h);
+    size_t i = jm_rcomm_slot_of(h);
     for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
-      uint64_t x = atomic_load(&map[i].handle);
+      uint64_t x = atomic_load(&jm_rcomm_map[i].handle);
       if (x == h) break;
       if (x == 0 || x == JM_TOMB) {
-        atomic_store_explicit(&map[i].comm, rc, memory_order_relaxed);
-        atomic_store_explicit(&map[i].handle, h, memory_order_release);
+        atomic_store_explicit(&jm_rcomm_map[i].comm, rc, memory_order_relaxed);
+        atomic_store_explicit(&jm_rcomm_map[i].handle, h, memory_order_release);
         break;
       }
     }
   }
   pthread_mutex_unlock(&comms_lock);
   return rc;
-}
-
-jm_rcomm *jm_rcomm_of(jm_Comm comm, int position) {
-  const uint64_t h = JM_U64(comm) + 1;
-  size_t i = map_slot(h);
-  for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
-    uint64_t x = atomic_load_explicit(&map[i].handle, memory_order_acquire);
-    if (x == h) return atomic_load_explicit(&map[i].comm, memory_order_relaxed);
-    if (x == 0) break;
-  }
-  return comm_slow(comm, position);
 }
 
 int jm_rcomms_init(uint64_t world_handle) {

@@ -7,6 +7,8 @@
 #ifndef JAXMPI_RECORD_BASE_H
 #define JAXMPI_RECORD_BASE_H
 
+#include <stdatomic.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "record.h"
@@ -82,8 +84,35 @@ extern _Atomic int jm_nrcomms;
  * Returns 0, or -1 when MPI made no keyval (then each call finds its
  * communicator the slow way). */
 int jm_rcomms_init(uint64_t world);
-/* The state of `comm` (made at its first call; NULL when MPI cannot say):
- * a lock-free table of handles, an attribute when it misses. */
-jm_rcomm *jm_rcomm_of(jm_Comm comm, int position);
+/* The lock-free table of handles that finds a communicator's state on
+ * every recorded call (inline: begin's path); jm_rcomm_slow makes or finds
+ * it through an attribute when the table misses, and enters it. */
+#define JM_MAP 512  /* power of two */
+#define JM_PROBES 4 /* a handle sits within this many slots of its hash */
+#define JM_TOMB UINT64_MAX
+typedef struct jm_rcomm_slot {
+  _Atomic uint64_t handle; /* JM_U64(comm) + 1; 0 empty; JM_TOMB freed */
+  jm_rcomm *_Atomic comm;
+} jm_rcomm_slot;
+extern jm_rcomm_slot jm_rcomm_map[JM_MAP];
+jm_rcomm *jm_rcomm_slow(jm_Comm comm, int position);
+
+static inline size_t jm_rcomm_slot_of(uint64_t h) {
+  return (size_t)((h * 0x9e3779b97f4a7c15ull) >> 55) & (JM_MAP - 1);
+}
+
+/* The state of `comm` (made at its first call; NULL when MPI cannot say). */
+static inline jm_rcomm *jm_rcomm_of(jm_Comm comm, int position) {
+  const uint64_t h = JM_U64(comm) + 1;
+  size_t i = jm_rcomm_slot_of(h);
+  for (int k = 0; k < JM_PROBES; k++, i = (i + 1) & (JM_MAP - 1)) {
+    uint64_t x =
+        atomic_load_explicit(&jm_rcomm_map[i].handle, memory_order_acquire);
+    if (x == h)
+      return atomic_load_explicit(&jm_rcomm_map[i].comm, memory_order_relaxed);
+    if (x == 0) break;
+  }
+  return jm_rcomm_slow(comm, position);
+}
 
 #endif
